@@ -1,0 +1,94 @@
+// Plan: how one op reduces. Every reduction in llmrr follows a Plan, and a kernel's output
+// is a pure function of (inputs, weights, plan) — DESIGN invariant 1. The exact order each
+// field implies is spelled out here, because the CPU kernels, the CUDA kernels and the
+// replayer must all follow the same definition bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llmrr {
+
+enum class OpKind : uint8_t {
+  kGemm = 0,       // y = x·Wᵀ (every linear layer, router, lm_head)
+  kRmsNorm = 1,    // y = w ⊙ (x · rsqrt(mean(x²) + eps))
+  kAttention = 2,  // softmax(q·Kᵀ·scale)·V over a paged KV cache
+  kCombine = 3,    // MoE: out = Σ_i gate_i · expert_i(x)
+};
+
+// How the partials of a split reduction are combined.
+enum class CombineOrder : uint8_t {
+  kFixed = 0,    // partial 0, then 1, then 2, ... (or rank order for kCombine)
+  kArrival = 1,  // the order in `Plan::arrival`, as an atomicAdd-based kernel would produce it
+};
+
+// How attention splits the KV axis.
+enum class SplitMode : uint8_t {
+  kCount = 0,  // `splits` equal parts per row (FlashAttention num_splits)
+  kSize = 1,   // parts of `split_size` positions, last one shorter (FlashInfer, batch-invariant)
+};
+
+// One plan for one op at one site at one step.
+//
+// Exact semantics (all accumulations start from +0.0f; "fma" is a single-rounding fused
+// multiply-add; "+" and "*" are IEEE binary32 round-to-nearest-even):
+//
+// kGemm, y[m,n] = Σ_k x[m,k]·W[n,k]:
+//   K is cut into `splits` ranges of length c = round_up(ceil(K/splits), 16), the last one
+//   shorter (empty ranges contribute +0). Inside a range, k runs upward in tiles of
+//   `k_tile` (0 = one tile spanning the range): each tile's sum t starts at +0 and
+//   accumulates t = fma(x[m,k], W[n,k], t) sequentially in k; the range's partial p starts
+//   at +0 and takes p = p + t after each tile — except with k_tile == 0, where p = t.
+//   Partials combine as y = ((p_a + p_b) + p_c) + ... with (a, b, c, ...) = (0, 1, 2, ...)
+//   for kFixed, or `arrival` (a permutation of 0..splits-1) for kArrival; a single split
+//   is y = p_0.
+//
+// kRmsNorm: the sum of squares over `dim` is cut into `splits` chunks of length
+//   c = round_up(ceil(dim/splits), 16). Inside a chunk, 16 lanes: lane j accumulates
+//   s_j = fma(x_i, x_i, s_j) for i ≡ j (mod 16) in increasing i, then the lanes reduce by
+//   pairwise halving: for w = 8, 4, 2, 1: s_j = s_j + s_{j+w} for j < w; the sum is s_0.
+//   Chunk sums combine in chunk order, c = ((c_0 + c_1) + c_2) + ... (kFixed only). Then
+//   r = 1 / sqrt(sum / dim + eps) (each op correctly rounded) and y_i = w_i * (x_i * r).
+//
+// kAttention, per row, per query head h (KV head g = h / (heads / kv_heads)):
+//   the row at query position p attends to KV positions [0, p]. With `separate_new_kv`,
+//   positions [0, cached) and [cached, p] are reduced as two independent sequences whose
+//   results are merged cached-first (what a chunked-prefill engine does when it reads the
+//   cache and the new chunk separately); otherwise [0, p] is one sequence. Each sequence
+//   of length L is split by `mode`: kCount → `splits` parts of ceil(L/splits) positions;
+//   kSize → parts of `split_size` positions. Inside a part, scores s_j = (q·k_j) * scale
+//   with the dot product in the 16-lane order of kRmsNorm (over head_dim); m = max_j s_j;
+//   e_j = exp(s_j − m) with llmrr's exp (kernels/numerics.h); l = Σ e_j sequentially in j;
+//   o[d] = fma(e_j, v_j[d], o[d]) sequentially in j. Parts merge in order (kFixed only):
+//   M = max m_i; l = Σ_i l_i·exp(m_i − M); o[d] = Σ_i o_i[d]·exp(m_i − M), each sum
+//   sequential in i using "*" then "+"; out[d] = o[d] / l.
+//
+// kCombine (MoE), per token row r with k routed experts (rank order 0..k-1):
+//   out[d] = +0; for i in order: out[d] = fma(gate_i, y_i[d], out[d]); dropped slots are
+//   skipped. Order is rank order for kFixed, or arrival[r*k .. r*k+k-1] for kArrival.
+struct Plan {
+  OpKind op = OpKind::kGemm;
+  SplitMode mode = SplitMode::kCount;   // kAttention only
+  CombineOrder order = CombineOrder::kFixed;
+  bool separate_new_kv = false;         // kAttention only
+  uint32_t splits = 1;                  // kGemm split-K; kRmsNorm chunks; kAttention kCount parts
+  uint32_t split_size = 0;              // kAttention kSize: positions per part
+  uint32_t k_tile = 0;                  // kGemm: tile length in k, multiple of 16 (0 = whole range)
+  // kArrival only. kGemm: permutation of 0..splits-1. kCombine: rows×k, one permutation of
+  // 0..k-1 per row. Empty otherwise.
+  std::vector<uint16_t> arrival;
+
+  bool operator==(const Plan&) const = default;
+};
+
+// Short human form for diffs and dumps: "split-K 4", "split-K 1, k-tile 64",
+// "norm chunks 2", "split-KV 3 parts", "split-KV 256 positions, new KV separate",
+// "combine rank order", "split-K 4, arrival order 2,0,3,1".
+std::string plan_to_string(const Plan& plan);
+
+// Checks a plan is well formed for its op (splits ≥ 1, k_tile multiple of 16, arrival a
+// permutation of the right length, ...). Returns an empty string when valid, else why not.
+std::string plan_check(const Plan& plan, int64_t rows_for_combine = 0, int k_for_combine = 0);
+
+}  // namespace llmrr

@@ -1,0 +1,127 @@
+// Observer: the hook points of the engine (DESIGN, data flow). The recorder, the replay
+// verifier and tests implement it.
+//
+// Ask-then-observe: before producing the rows of a site, the engine asks wants_rows(site);
+// a site's rows are handed over only when someone asked, and an engine with no observer
+// pays for nothing. Callbacks run on the engine's thread, in this order per step:
+// on_arrival* (requests that arrive at this step), on_step, then in forward order
+// on_plan / on_rows / on_routing per site, on_logits* (sampled rows), on_token*,
+// on_finish*, on_step_end. Views point into engine memory valid only during the callback.
+// An observer must not throw; the engine does not catch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "llmrr/kernels/plan.h"
+#include "llmrr/kernels/sample.h"
+#include "llmrr/runtime/site.h"
+
+namespace llmrr {
+
+using RequestId = uint64_t;
+
+// A request as submitted (also what a trace records on arrival).
+struct RequestSpec {
+  RequestId id = 0;
+  std::vector<int32_t> prompt;        // token ids
+  kernels::SamplingParams sampling;
+  int32_t max_tokens = 16;
+  int64_t arrival_step = 0;           // first step at which the scheduler may admit it
+  bool stop_at_eos = true;
+  std::string label;                  // optional, e.g. "target" or "load-3"
+};
+
+enum class SegmentKind : uint8_t { kPrefill = 0, kDecode = 1 };
+
+// Consecutive rows of one request in a step's batch: positions [start, start + count).
+struct BatchSegment {
+  RequestId request = 0;
+  int32_t start = 0;          // position of the first row
+  int32_t count = 0;          // rows (1 for decode)
+  int32_t cached = 0;         // positions already in the KV cache before this step
+  SegmentKind kind = SegmentKind::kPrefill;
+  bool sample = false;        // the last row produces logits and a token
+  bool operator==(const BatchSegment&) const = default;
+};
+
+struct StepInfo {
+  int64_t step = 0;
+  std::span<const BatchSegment> segments;  // in batch row order
+  int64_t rows = 0;                        // Σ count
+};
+
+// Rows of one site: row r of `data` is batch row batch_rows[r] (identity when null).
+struct RowsView {
+  int64_t step = 0;
+  SiteId site;
+  const float* data = nullptr;
+  int64_t ld = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const int32_t* batch_rows = nullptr;
+};
+
+enum class RouteOutcome : uint8_t { kKept = 0, kRerouted = 1, kDropped = 2 };
+
+// Routing of every token of a step at one MoE layer. Arrays are rows × k, rank order.
+struct RoutingView {
+  int64_t step = 0;
+  int32_t layer = 0;
+  int64_t rows = 0;                 // tokens (= batch rows)
+  int32_t k = 0;
+  int32_t experts_total = 0;
+  int32_t capacity = 0;             // per expert; 0 = unbounded (dropless)
+  const int32_t* chosen = nullptr;  // the router's top-k before capacity
+  const int32_t* experts = nullptr; // the experts used after overflow handling (-1 dropped)
+  const float* gates = nullptr;     // combine weights of the slots
+  const RouteOutcome* outcome = nullptr;
+};
+
+struct LogitsView {
+  int64_t step = 0;
+  RequestId request = 0;
+  int32_t position = 0;             // position of the row whose logits these are
+  int64_t batch_row = 0;
+  const float* logits = nullptr;
+  int64_t vocab = 0;
+};
+
+struct TokenEvent {
+  int64_t step = 0;
+  RequestId request = 0;
+  int32_t position = 0;             // position the token will occupy
+  int32_t token = 0;
+  kernels::SampleResult sample;     // the draw used
+};
+
+enum class FinishReason : uint8_t { kEos = 0, kMaxTokens = 1, kAborted = 2 };
+
+struct RequestFinish {
+  int64_t step = 0;
+  RequestId request = 0;
+  FinishReason reason = FinishReason::kMaxTokens;
+  int32_t generated = 0;
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+
+  // Asked once per step per site before the site's rows exist.
+  virtual bool wants_rows(SiteId site) { return false; }
+
+  virtual void on_arrival(int64_t step, const RequestSpec& request) {}
+  virtual void on_step(const StepInfo& step) {}
+  virtual void on_plan(int64_t step, SiteId site, const Plan& plan) {}
+  virtual void on_rows(const RowsView& rows) {}
+  virtual void on_routing(const RoutingView& routing) {}
+  virtual void on_logits(const LogitsView& logits) {}
+  virtual void on_token(const TokenEvent& token) {}
+  virtual void on_finish(const RequestFinish& finish) {}
+  virtual void on_step_end(int64_t step) {}
+};
+
+}  // namespace llmrr

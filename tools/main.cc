@@ -1,0 +1,57 @@
+// llmrr: one binary, git-style subcommands (DESIGN, "The command line").
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#define LLMRR_COMMAND(name) int run_##name##_command(int argc, char** argv);
+#include "commands.inc"
+#undef LLMRR_COMMAND
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+};
+
+constexpr Command kCommands[] = {
+#define LLMRR_COMMAND(name) {#name, &run_##name##_command},
+#include "commands.inc"
+#undef LLMRR_COMMAND
+};
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "llmrr: record LLM inference, replay it bit for bit, and find where two runs split\n"
+               "\n"
+               "usage: llmrr <command> [options]   (llmrr <command> --help for each)\n"
+               "\n"
+               "commands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %s\n", c.name);
+  std::fprintf(out,
+               "\n"
+               "exit codes: 0 ok / same, 1 runs differ, 2 bad input or usage, 3 internal error\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string_view cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::printf("llmrr " LLMRR_VERSION "\n");
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (cmd == c.name) return c.run(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "llmrr: unknown command '%s' (see llmrr --help)\n", argv[1]);
+  return 2;
+}
