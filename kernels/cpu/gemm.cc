@@ -1,0 +1,341 @@
+// GEMM y = x·Wᵀ following a kGemm plan (plan.h). The driver cuts the output into
+// (row tile × 32-column panel) blocks, hands blocks to threads, and for each block runs the
+// plan's splits in combine order and each split's k-tiles in order; a micro-kernel computes
+// one tile's sums t from +0 with sequential fma in k. Blocks are independent, so neither the
+// thread count, nor the row tile a row lands in, nor the ISA can change a bit.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "cpu/gemm_internal.h"
+#include "llmrr/kernels/numerics.h"
+
+namespace llmrr::kernels {
+
+PackedWeight::Storage::~Storage() { ::operator delete(data, std::align_val_t(64)); }
+
+PackedWeight::PackedWeight() = default;
+PackedWeight::~PackedWeight() = default;
+PackedWeight::PackedWeight(PackedWeight&&) noexcept = default;
+PackedWeight& PackedWeight::operator=(PackedWeight&&) noexcept = default;
+
+const PackedWeight::Storage& packed_storage(const PackedWeight& w) { return *w.s_; }
+
+PackedWeight PackedWeight::pack(const float* w, int64_t n, int64_t k, WeightType type) {
+  PackedWeight out;
+  out.n_ = n;
+  out.k_ = k;
+  out.type_ = type;
+  out.s_ = std::make_unique<Storage>();
+  Storage& s = *out.s_;
+  s.panels = (n + kPanel - 1) / kPanel;
+  const size_t elems = static_cast<size_t>(s.panels) * static_cast<size_t>(k) * kPanel;
+  const size_t esize = type == WeightType::kF32 ? 4 : 2;
+  s.bytes = elems * esize;
+  s.data = ::operator new(std::max<size_t>(s.bytes, 64), std::align_val_t(64));
+  std::memset(s.data, 0, std::max<size_t>(s.bytes, 64));
+  for (int64_t p = 0; p < s.panels; ++p) {
+    const int64_t cols = std::min<int64_t>(kPanel, n - p * kPanel);
+    for (int64_t j = 0; j < cols; ++j) {
+      const float* src = w + (p * kPanel + j) * k;
+      if (type == WeightType::kF32) {
+        float* dst = static_cast<float*>(s.data) + p * k * kPanel + j;
+        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kPanel] = src[kk];
+      } else {
+        uint16_t* dst = static_cast<uint16_t*>(s.data) + p * k * kPanel;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          dst[bf16_panel_index(kk, static_cast<int>(j))] = numerics::f32_to_bf16(src[kk]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+size_t PackedWeight::bytes() const { return s_ ? s_->bytes : 0; }
+
+float PackedWeight::at(int64_t n, int64_t k) const {
+  const int64_t p = n / kPanel, j = n % kPanel;
+  if (type_ == WeightType::kF32) {
+    return static_cast<const float*>(s_->data)[(p * k_ + k) * kPanel + j];
+  }
+  const uint16_t* panel = static_cast<const uint16_t*>(s_->data) + p * k_ * kPanel;
+  return numerics::bf16_to_f32(panel[bf16_panel_index(k, static_cast<int>(j))]);
+}
+
+// --- scalar micro-kernels (the portable path, and the definition the SIMD ones mirror) ---
+
+namespace {
+
+template <int R, typename W>
+void tile_scalar(const float* x, int64_t ldx, const void* panel, int64_t k0, int64_t k1,
+                 float* t) {
+  float acc[R][kPanel];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < kPanel; ++j) acc[r][j] = 0.0f;
+  const W* w = static_cast<const W*>(panel);
+  for (int64_t k = k0; k < k1; ++k) {
+    float wk[kPanel];
+    for (int j = 0; j < kPanel; ++j) {
+      if constexpr (sizeof(W) == 4) {
+        wk[j] = w[k * kPanel + j];
+      } else {
+        wk[j] = numerics::bf16_to_f32(w[bf16_panel_index(k, j)]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float xv = x[r * ldx + k];
+      for (int j = 0; j < kPanel; ++j) acc[r][j] = std::fma(xv, wk[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < kPanel; ++j) t[r * kPanel + j] = acc[r][j];
+}
+
+template <int... Rs>
+GemmKernels make_scalar(std::integer_sequence<int, Rs...>) {
+  GemmKernels g;
+  g.max_rows = 4;
+  ((g.f32[Rs + 1] = &tile_scalar<Rs + 1, float>), ...);
+  ((g.bf16[Rs + 1] = &tile_scalar<Rs + 1, uint16_t>), ...);
+  return g;
+}
+
+}  // namespace
+
+const GemmKernels& gemm_kernels_scalar() {
+  static const GemmKernels k = make_scalar(std::make_integer_sequence<int, 4>());
+  return k;
+}
+
+// --- AVX2 micro-kernels -----------------------------------------------------------------
+
+namespace {
+
+// Columns [c0, c0 + 8V) of the panel for R rows; W in fp32.
+template <int R, int V>
+inline void tile_avx2_f32(const float* x, int64_t ldx, const float* w, int64_t k0, int64_t k1,
+                          float* t, int c0) {
+  __m256 acc[R][V];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  const float* wk = w + k0 * kPanel + c0;
+  for (int64_t k = k0; k < k1; ++k, wk += kPanel) {
+    __m256 wv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) wv[v] = _mm256_load_ps(wk + 8 * v);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m256 b = _mm256_broadcast_ss(x + r * ldx + k);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(b, wv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(t + r * kPanel + c0 + 8 * v, acc[r][v]);
+}
+
+// bf16: word i of a row holds column i (low half) and 16 + i (high half). half = 0 gives
+// columns 0..15, half = 1 columns 16..31; V = 4 gives all 32 (low words first).
+template <int R, int V>
+inline void tile_avx2_bf16(const float* x, int64_t ldx, const uint16_t* w, int64_t k0,
+                           int64_t k1, float* t, int half) {
+  __m256 acc[R][V];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const uint16_t* wk = w + k0 * kPanel;
+  for (int64_t k = k0; k < k1; ++k, wk += kPanel) {
+    const __m256i l0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wk));
+    const __m256i l1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wk + 16));
+    __m256 wv[V];
+    if constexpr (V == 4) {
+      wv[0] = _mm256_castsi256_ps(_mm256_slli_epi32(l0, 16));
+      wv[1] = _mm256_castsi256_ps(_mm256_slli_epi32(l1, 16));
+      wv[2] = _mm256_castsi256_ps(_mm256_and_si256(l0, hi_mask));
+      wv[3] = _mm256_castsi256_ps(_mm256_and_si256(l1, hi_mask));
+    } else if (half == 0) {
+      wv[0] = _mm256_castsi256_ps(_mm256_slli_epi32(l0, 16));
+      wv[1] = _mm256_castsi256_ps(_mm256_slli_epi32(l1, 16));
+    } else {
+      wv[0] = _mm256_castsi256_ps(_mm256_and_si256(l0, hi_mask));
+      wv[1] = _mm256_castsi256_ps(_mm256_and_si256(l1, hi_mask));
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m256 b = _mm256_broadcast_ss(x + r * ldx + k);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(b, wv[v], acc[r][v]);
+    }
+  }
+  const int c0 = V == 4 ? 0 : half * 16;
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(t + r * kPanel + c0 + 8 * v, acc[r][v]);
+}
+
+// Up to 3 rows: all 32 columns at once (12 accumulators). 4..6 rows: two passes of 16
+// columns each; every output still sees its own k sequence unchanged.
+template <int R>
+void tile_avx2_f32_entry(const float* x, int64_t ldx, const void* panel, int64_t k0, int64_t k1,
+                         float* t) {
+  const float* w = static_cast<const float*>(panel);
+  if constexpr (R <= 3) {
+    tile_avx2_f32<R, 4>(x, ldx, w, k0, k1, t, 0);
+  } else {
+    tile_avx2_f32<R, 2>(x, ldx, w, k0, k1, t, 0);
+    tile_avx2_f32<R, 2>(x, ldx, w, k0, k1, t, 16);
+  }
+}
+
+template <int R>
+void tile_avx2_bf16_entry(const float* x, int64_t ldx, const void* panel, int64_t k0,
+                          int64_t k1, float* t) {
+  const uint16_t* w = static_cast<const uint16_t*>(panel);
+  if constexpr (R <= 3) {
+    tile_avx2_bf16<R, 4>(x, ldx, w, k0, k1, t, 0);
+  } else {
+    tile_avx2_bf16<R, 2>(x, ldx, w, k0, k1, t, 0);
+    tile_avx2_bf16<R, 2>(x, ldx, w, k0, k1, t, 1);
+  }
+}
+
+template <int... Rs>
+GemmKernels make_avx2(std::integer_sequence<int, Rs...>) {
+  GemmKernels g;
+  g.max_rows = sizeof...(Rs);
+  ((g.f32[Rs + 1] = &tile_avx2_f32_entry<Rs + 1>), ...);
+  ((g.bf16[Rs + 1] = &tile_avx2_bf16_entry<Rs + 1>), ...);
+  return g;
+}
+
+}  // namespace
+
+const GemmKernels& gemm_kernels_avx2() {
+  static const GemmKernels k = make_avx2(std::make_integer_sequence<int, 6>());
+  return k;
+}
+
+// --- driver -----------------------------------------------------------------------------
+
+namespace {
+
+const GemmKernels& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return gemm_kernels_avx512();
+    case Isa::kAvx2:
+      return gemm_kernels_avx2();
+    default:
+      return gemm_kernels_scalar();
+  }
+}
+
+struct GemmJob {
+  const float* x;
+  int64_t ldx, m;
+  const PackedWeight::Storage* s;
+  bool bf16;
+  int64_t n, k;
+  float* y;
+  int64_t ldy;
+  const Plan* plan;
+  int64_t chunk;        // split length c
+  int64_t rows_per_tile;
+  const GemmKernels* kern;
+};
+
+// One block: rows [r0, r0 + rows) × panel p.
+void run_block(const GemmJob& j, int64_t r0, int rows, int64_t p) {
+  alignas(64) float t[kMaxTileRows * kPanel];
+  alignas(64) float part[kMaxTileRows * kPanel];
+  alignas(64) float acc[kMaxTileRows * kPanel];
+  const int cnt = rows * kPanel;
+  const float* x = j.x + r0 * j.ldx;
+  const void* panel = j.bf16 ? static_cast<const void*>(j.s->bf16_panel(p, j.k))
+                             : static_cast<const void*>(j.s->f32_panel(p, j.k));
+  TileFn fn = j.bf16 ? j.kern->bf16[rows] : j.kern->f32[rows];
+  const Plan& plan = *j.plan;
+  const int64_t splits = plan.splits;
+  const int64_t kt = plan.k_tile;
+  for (int64_t si = 0; si < splits; ++si) {
+    const int64_t s = plan.order == CombineOrder::kArrival ? plan.arrival[si] : si;
+    const int64_t a = std::min(s * j.chunk, j.k), b = std::min(a + j.chunk, j.k);
+    float* pp = (si == 0) ? acc : part;
+    if (kt == 0) {
+      fn(x, j.ldx, panel, a, b, pp);
+    } else {
+      for (int e = 0; e < cnt; ++e) pp[e] = 0.0f;
+      for (int64_t t0 = a; t0 < b; t0 += kt) {
+        fn(x, j.ldx, panel, t0, std::min(t0 + kt, b), t);
+        for (int e = 0; e < cnt; ++e) pp[e] = pp[e] + t[e];
+      }
+    }
+    if (si > 0) {
+      for (int e = 0; e < cnt; ++e) acc[e] = acc[e] + part[e];
+    }
+  }
+  const int64_t cols = std::min<int64_t>(kPanel, j.n - p * kPanel);
+  for (int r = 0; r < rows; ++r) {
+    std::memcpy(j.y + (r0 + r) * j.ldy + p * kPanel, acc + r * kPanel, cols * sizeof(float));
+  }
+}
+
+}  // namespace
+
+void gemm(const float* x, int64_t ldx, int64_t m, const PackedWeight& w, float* y, int64_t ldy,
+          const Plan& plan, ThreadPool& pool) {
+  const int64_t n = w.n(), k = w.k();
+  if (m <= 0 || n <= 0) return;
+  GemmJob j;
+  j.x = x;
+  j.ldx = ldx;
+  j.m = m;
+  j.s = &packed_storage(w);
+  j.bf16 = w.type() == WeightType::kBF16;
+  j.n = n;
+  j.k = k;
+  j.y = y;
+  j.ldy = ldy;
+  j.plan = &plan;
+  const int64_t splits = std::max<int64_t>(plan.splits, 1);
+  j.chunk = ((k + splits - 1) / splits + 15) / 16 * 16;
+  j.kern = &kernels_for(active_isa());
+  j.rows_per_tile = j.kern->max_rows;
+  const int64_t panels = j.s->panels;
+  const int64_t tiles = (m + j.rows_per_tile - 1) / j.rows_per_tile;
+  // Tasks: groups of panels × groups of row tiles. Any grouping gives the same bits.
+  const int64_t threads = pool.size();
+  int64_t panel_group = std::max<int64_t>(1, panels / (threads * 4));
+  const int64_t ngroups = (panels + panel_group - 1) / panel_group;
+  int64_t tile_group = tiles;
+  if (ngroups < threads * 4) {
+    tile_group = std::max<int64_t>(1, tiles / std::max<int64_t>(1, (threads * 4) / ngroups));
+  }
+  const int64_t ntg = (tiles + tile_group - 1) / tile_group;
+  pool.parallel_for(ngroups * ntg, [&](int64_t task) {
+    const int64_t pg = task / ntg, tg = task % ntg;
+    const int64_t p0 = pg * panel_group, p1 = std::min(panels, p0 + panel_group);
+    const int64_t t0 = tg * tile_group, t1 = std::min(tiles, t0 + tile_group);
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t r0 = t * j.rows_per_tile;
+        const int rows = static_cast<int>(std::min<int64_t>(j.rows_per_tile, m - r0));
+        run_block(j, r0, rows, p);
+      }
+    }
+  });
+}
+
+}  // namespace llmrr::kernels

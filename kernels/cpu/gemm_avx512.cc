@@ -1,0 +1,66 @@
+// AVX-512 GEMM micro-kernels: R rows × 32 columns (two zmm per row), one fma per k per
+// output in increasing k — the same sequence as the scalar and AVX2 kernels (gemm.cc).
+// GCC 12 warns spuriously about _mm512_undefined inside its own intrinsics headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <utility>
+
+#include "cpu/gemm_internal.h"
+
+namespace llmrr::kernels {
+namespace {
+
+template <int R, bool kBf16>
+void tile_avx512(const float* x, int64_t ldx, const void* panel, int64_t k0, int64_t k1,
+                 float* t) {
+  __m512 acc[R][2];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = _mm512_setzero_ps();
+    acc[r][1] = _mm512_setzero_ps();
+  }
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t k = k0; k < k1; ++k) {
+    __m512 w0, w1;
+    if constexpr (kBf16) {
+      // Word i holds column i (low half) and column 16 + i (high half).
+      const __m512i l = _mm512_load_si512(static_cast<const uint16_t*>(panel) + k * kPanel);
+      w0 = _mm512_castsi512_ps(_mm512_slli_epi32(l, 16));
+      w1 = _mm512_castsi512_ps(_mm512_and_si512(l, hi_mask));
+    } else {
+      const float* wk = static_cast<const float*>(panel) + k * kPanel;
+      w0 = _mm512_load_ps(wk);
+      w1 = _mm512_load_ps(wk + 16);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512 b = _mm512_set1_ps(x[r * ldx + k]);
+      acc[r][0] = _mm512_fmadd_ps(b, w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(b, w1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(t + r * kPanel, acc[r][0]);
+    _mm512_storeu_ps(t + r * kPanel + 16, acc[r][1]);
+  }
+}
+
+template <int... Rs>
+GemmKernels make(std::integer_sequence<int, Rs...>) {
+  GemmKernels g;
+  g.max_rows = sizeof...(Rs);
+  ((g.f32[Rs + 1] = &tile_avx512<Rs + 1, false>), ...);
+  ((g.bf16[Rs + 1] = &tile_avx512<Rs + 1, true>), ...);
+  return g;
+}
+
+}  // namespace
+
+const GemmKernels& gemm_kernels_avx512() {
+  static const GemmKernels k = make(std::make_integer_sequence<int, 8>());
+  return k;
+}
+
+}  // namespace llmrr::kernels

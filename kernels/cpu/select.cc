@@ -1,0 +1,72 @@
+// Router scoring (softmax, sigmoid) and selection (argmax, top-k) with fixed tie rules.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "llmrr/kernels/numerics.h"
+#include "llmrr/kernels/ops.h"
+
+namespace llmrr::kernels {
+
+void softmax_inplace(float* x, int64_t n) {
+  if (n <= 0) return;
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = numerics::exp_f32(x[i] - mx);
+    s = s + x[i];
+  }
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / s;
+}
+
+void sigmoid_inplace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = 1.0f / (1.0f + numerics::exp_f32(-x[i]));
+}
+
+int32_t argmax(const float* x, int64_t n) {
+  int32_t best = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] != x[i]) continue;
+    if (best < 0 || x[i] > x[best]) best = static_cast<int32_t>(i);
+  }
+  // All NaN: a defined answer (the first id) rather than an id the caller cannot use.
+  return best < 0 && n > 0 ? 0 : best;
+}
+
+namespace {
+
+// a ranks before b: larger value first, then lower id; NaN ranks after every number.
+inline bool ranks_before(const float* x, int32_t a, int32_t b) {
+  const float va = x[a], vb = x[b];
+  const bool na = va != va, nb = vb != vb;
+  if (na != nb) return nb;
+  if (!na && va != vb) return va > vb;
+  return a < b;
+}
+
+}  // namespace
+
+void topk(const float* x, int64_t n, int k, int32_t* ids, float* values) {
+  if (k <= 0) return;
+  const int64_t take = std::min<int64_t>(k, n);
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) idx[i] = static_cast<int32_t>(i);
+  auto cmp = [x](int32_t a, int32_t b) { return ranks_before(x, a, b); };
+  if (take < n) {
+    std::partial_sort(idx.begin(), idx.begin() + take, idx.end(), cmp);
+  } else {
+    std::sort(idx.begin(), idx.end(), cmp);
+  }
+  for (int64_t i = 0; i < take; ++i) {
+    ids[i] = idx[i];
+    values[i] = x[idx[i]];
+  }
+  for (int64_t i = take; i < k; ++i) {
+    ids[i] = -1;
+    values[i] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+}  // namespace llmrr::kernels

@@ -1,0 +1,79 @@
+// The scalar definitions every backend reproduces bit for bit (numerics.h). Only correctly
+// rounded IEEE operations appear here, each written out (the build uses -ffp-contract=off,
+// fma is always explicit), so a CUDA port built with -fmad=false matches exactly.
+#include "llmrr/kernels/numerics.h"
+
+#include <cmath>
+
+#include "numerics_internal.h"
+
+namespace llmrr::numerics {
+
+uint16_t f32_to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  // Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. Carries
+  // propagate into the exponent, so the largest finite values round to inf as they must.
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {
+      // Subnormal half: normalise into an fp32 normal (always representable).
+      int e = -1;
+      do {
+        ++e;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
+      u = sign | ((127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13) | (man ? 0x00400000u : 0u);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float exp_f32(float x) {
+  using namespace exp_consts;
+  if (x != x) return x + x;
+  // Clamping keeps n within [-150, 128]; outside, the result is inf or flushes to 0 anyway.
+  x = x < kMinX ? kMinX : x;
+  x = x > kMaxX ? kMaxX : x;
+  float n = std::nearbyint(x * kLog2e);  // default rounding mode: to nearest even
+  float r = std::fma(-n, kLn2Hi, x);
+  r = std::fma(-n, kLn2Lo, r);
+  float p = kC7;
+  p = std::fma(p, r, kC6);
+  p = std::fma(p, r, kC5);
+  p = std::fma(p, r, kC4);
+  p = std::fma(p, r, kC3);
+  p = std::fma(p, r, kC2);
+  p = std::fma(p, r, kC1);
+  p = std::fma(p, r, kC0);
+  // p · 2ⁿ as two exact power-of-two scalings (both factors are normal floats), so the only
+  // rounding is the final one; then subnormal results flush to 0.
+  int ni = static_cast<int>(n);
+  int n1 = ni / 2;
+  int n2 = ni - n1;
+  float y = (p * pow2i(n1)) * pow2i(n2);
+  return y < kMinNormal ? 0.0f : y;
+}
+
+float rsqrt_f32(float x) { return 1.0f / std::sqrt(x); }
+
+float silu_f32(float x) { return x / (1.0f + exp_f32(-x)); }
+
+}  // namespace llmrr::numerics
