@@ -115,6 +115,7 @@ void moe_combine(const float* expert_rows, int64_t ld_expert, const int32_t* src
                  const Plan& plan, ThreadPool& pool);
 
 // Embedding lookup: out[i, :] = table[ids[i], :] (fp32 or bf16 table, [vocab, dim]).
+// An id outside [0, vocab) yields a row of zeros.
 void embedding(const void* table, WeightType type, int64_t vocab, int64_t dim,
                const int32_t* ids, int64_t rows, float* out, int64_t ldo);
 
@@ -124,10 +125,12 @@ void softmax_inplace(float* x, int64_t n);
 // sigmoid: x_i = 1 / (1 + exp(−x_i)).
 void sigmoid_inplace(float* x, int64_t n);
 
-// Index of the largest value; the lowest index wins ties. NaN never wins.
+// Index of the largest value; the lowest index wins ties. NaN never wins (all NaN → 0;
+// n ≤ 0 → −1).
 int32_t argmax(const float* x, int64_t n);
 
-// The k largest values in descending order, ties broken by lower index.
+// The k largest values in descending order, ties broken by lower index; NaN ranks below
+// every number. With k > n the extra entries are id −1, value −inf.
 void topk(const float* x, int64_t n, int k, int32_t* ids, float* values);
 
 }  // namespace llmrr::kernels

@@ -62,7 +62,12 @@ enum class SplitMode : uint8_t {
 //   e_j = exp(s_j − m) with llmrr's exp (kernels/numerics.h); l = Σ e_j sequentially in j;
 //   o[d] = fma(e_j, v_j[d], o[d]) sequentially in j. Parts merge in order (kFixed only):
 //   M = max m_i; l = Σ_i l_i·exp(m_i − M); o[d] = Σ_i o_i[d]·exp(m_i − M), each sum
-//   sequential in i using "*" then "+"; out[d] = o[d] / l.
+//   sequential in i using "*" then "+"; out[d] = o[d] / l. An empty part (kCount with more
+//   parts than positions) has m = −inf, l = +0, o = +0 and adds exactly +0 to the merge.
+//   With `separate_new_kv`, each sequence's parts merge into a state (M, l, o) by the rule
+//   above (before the division), then the two states merge the same way as two parts,
+//   cached first, and out[d] = o[d] / l; an empty sequence (cached = 0) is skipped, and
+//   `cached` is clamped to [0, p + 1].
 //
 // kCombine (MoE), per token row r with k routed experts (rank order 0..k-1):
 //   out[d] = +0; for i in order: out[d] = fma(gate_i, y_i[d], out[d]); dropped slots are

@@ -26,7 +26,9 @@ double sampling_uniform(uint64_t seed, uint64_t request, int64_t position);
 // Order: scaled = logit / temperature (fp32 division); keep the top_k largest (ties to the
 // lower id) in descending order; p_i = exp(scaled_i − max) (llmrr's exp) in that order;
 // cumulative sum sequentially; keep the shortest prefix whose sum ≥ top_p · total; pick the
-// first i with cumsum_i > u · kept_total.
+// first i with cumsum_i > u · kept_total (that product and comparison in double). NaN logits
+// are never candidates; if every logit is NaN, or the sums are not finite, the result is the
+// first candidate (or argmax).
 SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& params,
                     uint64_t request, int64_t position);
 
