@@ -31,7 +31,7 @@ struct ModelConfig {
   int32_t heads = 0;
   int32_t kv_heads = 0;
   int32_t head_dim = 0;
-  int32_t ffn = 0;                 // dense MLP intermediate size
+  int32_t ffn = 0;                 // dense MLP intermediate size (0: every layer is MoE)
   double rope_theta = 10000.0;
   float norm_eps = 1e-5f;
   bool tied_embeddings = false;
@@ -50,8 +50,22 @@ struct ModelConfig {
   bool norm_topk_prob = true;      // renormalize the top-k gate weights to sum to 1
   RouterScoring scoring = RouterScoring::kSoftmax;
   int32_t decoder_sparse_step = 1; // Qwen2-MoE: MoE on layers where (i+1) % step == 0
+  std::vector<int32_t> mlp_only_layers;  // Qwen2-MoE: layers forced to the dense MLP
+
+  // Qwen2-MoE adds biases to q/k/v (HF `model.layers.N.self_attn.{q,k,v}_proj.bias`,
+  // shape [out]); o_proj has none. The engine adds them after the projection.
+  bool attention_bias = false;
 
   bool is_moe() const { return experts > 0; }
+  // Whether layer `layer` runs the MoE block (else the dense MLP of `ffn`), as HF decides:
+  // Qwen2MoeDecoderLayer uses experts when the layer is not in mlp_only_layers and
+  // (layer + 1) % decoder_sparse_step == 0.
+  bool is_moe_layer(int32_t layer) const {
+    if (experts <= 0) return false;
+    for (int32_t l : mlp_only_layers)
+      if (l == layer) return false;
+    return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
+  }
 };
 
 // One tensor, dequantized to fp32, in the Hugging Face name and shape.
@@ -69,13 +83,31 @@ struct LoadedModel {
   uint64_t weight_hash = 0;
   std::string identity;    // "builtin:tiny-moe", "gguf:SmolLM2-135M-Instruct", ...
   std::string source;      // the spec or path it was loaded from
-  std::shared_ptr<const Tokenizer> tokenizer;
+  std::shared_ptr<const Tokenizer> tokenizer;  // null: the source has no usable tokenizer
+  std::string tokenizer_note;  // why `tokenizer` is null (absent, unsupported kind, ...)
 };
+
+// Tensor layout contract, whatever the source: Linear weights [out, in]; biases [out];
+// norms [hidden]. With tied_embeddings, lm_head.weight is absent (use embed_tokens).
+// MoE tensors use the original checkpoint names: Mixtral
+// model.layers.N.block_sparse_moe.{gate.weight [E, H], experts.E.{w1,w3} [I, H] (gate, up),
+// experts.E.w2 [H, I] (down)}; Qwen2-MoE model.layers.N.mlp.{gate.weight [E, H],
+// experts.E.{gate,up,down}_proj.weight, shared_expert.{gate,up,down}_proj.weight,
+// shared_expert_gate.weight [1, H]}.
 
 // Loads "builtin:<name>", a directory with config.json + *.safetensors, or a .gguf file.
 // Every malformed input is a clear error (file, offset or tensor, expected vs found); no
 // allocation is made from a size the file declares before that size is checked against
 // the file.
 Result<LoadedModel> load_model(const std::string& spec);
+
+// Where fetched models live: $LLMRR_MODEL_DIR if set, else $HOME/.cache/llmrr/models
+// (tools/fetch-smollm2 uses the same rule).
+std::string model_cache_dir();
+
+// SmolLM2-135M-Instruct (Q4_1 GGUF) in the model cache, or "" when it has not been fetched
+// (tests skip then; run tools/fetch-smollm2).
+std::string find_smollm2();
+inline constexpr const char* kSmolLM2FileName = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 }  // namespace llmrr

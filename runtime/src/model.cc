@@ -1,0 +1,46 @@
+// load_model: picks the loader from the spec (builtin name, directory, .gguf file).
+#include "llmrr/runtime/model.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "llmrr/runtime/builtin.h"
+#include "llmrr/runtime/safetensors.h"
+
+namespace llmrr {
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Result<LoadedModel> load_model(const std::string& spec) {
+  constexpr std::string_view kBuiltin = "builtin:";
+  if (spec.rfind(kBuiltin, 0) == 0) return load_builtin(std::string_view(spec).substr(kBuiltin.size()));
+  if (spec.empty()) return make_error(ErrorCode::kInvalidArgument, "empty model spec");
+  struct stat st;
+  if (::stat(spec.c_str(), &st) != 0)
+    return make_error(ErrorCode::kNotFound,
+                      spec + ": no such file or directory (a model is builtin:<name>, a "
+                             "directory with config.json + *.safetensors, or a .gguf file)");
+  if (S_ISDIR(st.st_mode)) return load_safetensors_dir(spec);
+  return make_error(ErrorCode::kUnsupported, spec + ": loader not available yet");
+}
+
+std::string model_cache_dir() {
+  if (const char* d = std::getenv("LLMRR_MODEL_DIR"); d != nullptr && *d != '\0') return d;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cache/llmrr/models";
+}
+
+std::string find_smollm2() {
+  std::string path = model_cache_dir() + "/" + kSmolLM2FileName;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return "";
+  return path;
+}
+
+}  // namespace llmrr
