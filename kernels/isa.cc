@@ -2,6 +2,8 @@
 // choice only changes speed; LLMRR_ISA forces one so tests and replays can prove it.
 #include "llmrr/kernels/isa.h"
 
+#include "cpu/internal.h"
+
 #include <cpuid.h>
 
 #include <atomic>
@@ -42,18 +44,19 @@ Isa clamp(Isa want) {
   return static_cast<int>(want) <= static_cast<int>(hardware()) ? want : hardware();
 }
 
-Isa from_env() {
-  const char* e = std::getenv("LLMRR_ISA");
-  if (e == nullptr || *e == '\0') return hardware();
-  if (std::strcmp(e, "scalar") == 0) return clamp(Isa::kScalar);
-  if (std::strcmp(e, "avx2") == 0) return clamp(Isa::kAvx2);
-  if (std::strcmp(e, "avx512") == 0) return clamp(Isa::kAvx512);
-  return hardware();
-}
+Isa from_env() { return clamp(internal::parse_isa_env(std::getenv("LLMRR_ISA"))); }
 
 std::atomic<int> g_isa{-1};
 
 }  // namespace
+
+Isa internal::parse_isa_env(const char* e) {
+  if (e == nullptr || *e == '\0') return hardware();
+  if (std::strcmp(e, "scalar") == 0) return Isa::kScalar;
+  if (std::strcmp(e, "avx2") == 0) return Isa::kAvx2;
+  if (std::strcmp(e, "avx512") == 0) return Isa::kAvx512;
+  return hardware();
+}
 
 Isa active_isa() {
   int v = g_isa.load(std::memory_order_relaxed);

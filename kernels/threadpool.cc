@@ -1,7 +1,9 @@
 // A fixed pool whose workers spin briefly, then sleep, between jobs. parallel_for publishes
-// one job (a pointer to the caller's function, no allocation), everyone including the caller
-// claims indices from one atomic counter, and the caller returns once every worker has
-// checked out of the job, so the function it passed may die right after.
+// one job (a pointer to the caller's function, no allocation); everyone including the caller
+// claims indices from one atomic counter. The caller never waits for a worker that has not
+// joined the job yet (on a busy machine a sleeping or preempted worker would otherwise stall
+// every call): it waits until every index is done, closes the job, and then waits only for
+// workers that had already joined to leave.
 #include "llmrr/kernels/threadpool.h"
 
 #include <immintrin.h>
@@ -19,37 +21,42 @@ struct ThreadPool::Impl {
   std::vector<std::thread> workers;
   std::mutex mu;
   std::condition_variable cv;
-  std::atomic<uint64_t> generation{0};
   std::atomic<bool> stop{false};
-  // The current job; written by the caller before bumping `generation`.
+  alignas(64) std::atomic<uint64_t> generation{0};  // bumped once per job
+  alignas(64) std::atomic<uint64_t> open{0};        // generation of the open job, 0 = none
+  alignas(64) std::atomic<int> active{0};           // workers inside the open job
+  // The current job; written by the caller only while no worker is inside a job.
   const std::function<void(int64_t)>* fn = nullptr;
   int64_t n = 0;
   alignas(64) std::atomic<int64_t> next{0};
-  alignas(64) std::atomic<int> pending{0};  // workers that have not finished the job
+  alignas(64) std::atomic<int64_t> done{0};
 
   void run_tasks() {
     const auto& f = *fn;
     const int64_t count = n;
+    int64_t finished = 0;
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < count;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
       f(i);
+      ++finished;
     }
+    if (finished) done.fetch_add(finished, std::memory_order_release);
   }
 
   void worker_loop() {
     uint64_t seen = 0;
     for (;;) {
-      // Spin a little: the engine issues ops back to back, and waking from a futex costs
-      // more than most small ops.
       uint64_t g = generation.load(std::memory_order_acquire);
-      if (g == seen && !stop.load(std::memory_order_relaxed)) {
-        auto start = std::chrono::steady_clock::now();
-        for (int spins = 0; g == seen; ++spins) {
+      if (g == seen) {
+        // Spin a little: the engine issues ops back to back, and a futex wake costs more
+        // than most small ops.
+        const auto start = std::chrono::steady_clock::now();
+        for (int spins = 1; g == seen; ++spins) {
           _mm_pause();
           g = generation.load(std::memory_order_acquire);
-          if ((spins & 255) == 255) {
-            if (stop.load(std::memory_order_relaxed)) break;
-            if (std::chrono::steady_clock::now() - start > std::chrono::microseconds(200)) break;
+          if ((spins & 255) == 0) {
+            if (stop.load(std::memory_order_relaxed)) return;
+            if (std::chrono::steady_clock::now() - start > std::chrono::microseconds(300)) break;
           }
         }
         if (g == seen) {
@@ -63,8 +70,11 @@ struct ThreadPool::Impl {
       }
       if (stop.load(std::memory_order_relaxed)) return;
       seen = g;
-      run_tasks();
-      pending.fetch_sub(1, std::memory_order_acq_rel);
+      // Join, then make sure the job is still open: if the caller has closed it, it may
+      // already be rewriting fn and n, so leave without touching them.
+      active.fetch_add(1, std::memory_order_seq_cst);
+      if (open.load(std::memory_order_seq_cst) == g) run_tasks();
+      active.fetch_sub(1, std::memory_order_release);
     }
   }
 };
@@ -99,15 +109,25 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
   s.fn = &fn;
   s.n = n;
   s.next.store(0, std::memory_order_relaxed);
-  s.pending.store(static_cast<int>(s.workers.size()), std::memory_order_relaxed);
+  s.done.store(0, std::memory_order_relaxed);
+  const uint64_t g = s.generation.load(std::memory_order_relaxed) + 1;
+  s.open.store(g, std::memory_order_seq_cst);
   {
     std::lock_guard<std::mutex> lk(s.mu);
-    s.generation.fetch_add(1, std::memory_order_release);
+    s.generation.store(g, std::memory_order_release);
   }
   s.cv.notify_all();
   s.run_tasks();
-  for (int spins = 0; s.pending.load(std::memory_order_acquire) != 0; ++spins) {
-    if (spins < 4096) {
+  for (int spins = 0; s.done.load(std::memory_order_acquire) != n; ++spins) {
+    if (spins < 1 << 14) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  s.open.store(0, std::memory_order_seq_cst);
+  for (int spins = 0; s.active.load(std::memory_order_seq_cst) != 0; ++spins) {
+    if (spins < 1 << 14) {
       _mm_pause();
     } else {
       std::this_thread::yield();
