@@ -78,6 +78,9 @@ struct RoutingView {
   const int32_t* experts = nullptr; // the experts used after overflow handling (-1 dropped)
   const float* gates = nullptr;     // combine weights of the slots
   const RouteOutcome* outcome = nullptr;
+  // Row r of the arrays is batch row batch_rows[r] of the step (identity when null; set in
+  // request-alone replay, where only some rows of the recorded batch are computed).
+  const int32_t* batch_rows = nullptr;
 };
 
 struct LogitsView {

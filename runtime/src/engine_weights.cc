@@ -1,0 +1,211 @@
+#include "engine_weights.h"
+
+#include <string>
+#include <vector>
+
+#include "llmrr/kernels/numerics.h"
+
+namespace llmrr {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+class Fetcher {
+ public:
+  Fetcher(const LoadedModel& m, kernels::WeightType type) : m_(m), type_(type) {}
+
+  const HostTensor* find(const std::string& name) const {
+    auto it = m_.tensors.find(name);
+    return it == m_.tensors.end() ? nullptr : &it->second;
+  }
+
+  Result<const HostTensor*> get(const std::string& name, std::vector<int64_t> shape) const {
+    const HostTensor* t = find(name);
+    if (!t) {
+      return make_error(ErrorCode::kMissingTensor,
+                        m_.source + ": tensor " + name + " is missing (expected shape " +
+                            shape_str(shape) + ")");
+    }
+    if (t->shape != shape) {
+      return make_error(ErrorCode::kShapeMismatch, m_.source + ": tensor " + name + " has shape " +
+                                                       shape_str(t->shape) + ", expected " +
+                                                       shape_str(shape));
+    }
+    if (static_cast<int64_t>(t->data.size()) != t->numel()) {
+      return make_error(ErrorCode::kBadModel, m_.source + ": tensor " + name + " holds " +
+                                                  std::to_string(t->data.size()) +
+                                                  " values for shape " + shape_str(t->shape));
+    }
+    return t;
+  }
+
+  Status linear(const std::string& name, int64_t n, int64_t k, kernels::PackedWeight* out) const {
+    ASSIGN_OR_RETURN(const HostTensor* t, get(name, {n, k}));
+    *out = kernels::PackedWeight::pack(t->data.data(), n, k, type_);
+    return Status::Ok();
+  }
+
+  // A vector (norm weight, bias); rounded to bf16 when the weights are bf16, as a bf16
+  // checkpoint stores every parameter.
+  Status vec(const std::string& name, int64_t n, std::vector<float>* out) const {
+    ASSIGN_OR_RETURN(const HostTensor* t, get(name, {n}));
+    *out = t->data;
+    if (type_ == kernels::WeightType::kBF16) {
+      for (float& v : *out) v = numerics::round_to_bf16(v);
+    }
+    return Status::Ok();
+  }
+
+  Status optional_vec(const std::string& name, int64_t n, std::vector<float>* out) const {
+    if (!find(name)) {
+      out->clear();
+      return Status::Ok();
+    }
+    return vec(name, n, out);
+  }
+
+  Status mlp(const std::string& gate, const std::string& up, const std::string& down,
+             int64_t hidden, int64_t ffn, MlpWeights* out) const {
+    RETURN_IF_ERROR(linear(gate, ffn, hidden, &out->gate));
+    RETURN_IF_ERROR(linear(up, ffn, hidden, &out->up));
+    RETURN_IF_ERROR(linear(down, hidden, ffn, &out->down));
+    return Status::Ok();
+  }
+
+ private:
+  const LoadedModel& m_;
+  kernels::WeightType type_;
+};
+
+Status bad_config(const LoadedModel& m, const std::string& what) {
+  return make_error(ErrorCode::kBadModel, m.source + ": model config: " + what);
+}
+
+}  // namespace
+
+bool is_sparse_layer(const ModelConfig& cfg, int32_t layer) { return cfg.is_moe_layer(layer); }
+
+Result<EngineWeights> pack_weights(const LoadedModel& model, const ModelConfig& in) {
+  EngineWeights w;
+  w.cfg = in;
+  ModelConfig& c = w.cfg;
+  if (c.vocab <= 0 || c.hidden <= 0 || c.layers <= 0 || c.heads <= 0) {
+    return bad_config(model, "vocab, hidden, layers and heads must be positive (got vocab " +
+                                 std::to_string(c.vocab) + ", hidden " + std::to_string(c.hidden) +
+                                 ", layers " + std::to_string(c.layers) + ", heads " +
+                                 std::to_string(c.heads) + ")");
+  }
+  if (c.kv_heads <= 0) c.kv_heads = c.heads;
+  if (c.heads % c.kv_heads != 0) {
+    return bad_config(model, "heads (" + std::to_string(c.heads) +
+                                 ") is not a multiple of kv_heads (" +
+                                 std::to_string(c.kv_heads) + ")");
+  }
+  if (c.head_dim <= 0) {
+    if (c.hidden % c.heads != 0) {
+      return bad_config(model, "hidden is not a multiple of heads and head_dim is not given");
+    }
+    c.head_dim = c.hidden / c.heads;
+  }
+  if (c.head_dim % 2 != 0) return bad_config(model, "head_dim must be even for RoPE");
+  if (c.max_positions <= 0) return bad_config(model, "max_positions must be positive");
+  if (c.is_moe()) {
+    if (c.top_k <= 0 || c.top_k > c.experts) {
+      return bad_config(model, "top_k " + std::to_string(c.top_k) + " outside [1, experts=" +
+                                   std::to_string(c.experts) + "]");
+    }
+    if (c.moe_ffn <= 0) return bad_config(model, "moe intermediate size must be positive");
+  }
+  const int64_t H = c.hidden, D = c.head_dim, V = c.vocab;
+  const int64_t q_out = static_cast<int64_t>(c.heads) * D;
+  const int64_t kv_out = static_cast<int64_t>(c.kv_heads) * D;
+  const bool bf16 = c.weight_type == kernels::WeightType::kBF16;
+  Fetcher f(model, c.weight_type);
+
+  ASSIGN_OR_RETURN(const HostTensor* embed, f.get("model.embed_tokens.weight", {V, H}));
+  if (bf16) {
+    w.embed_bf16.resize(embed->data.size());
+    for (size_t i = 0; i < embed->data.size(); ++i) {
+      w.embed_bf16[i] = numerics::f32_to_bf16(embed->data[i]);
+    }
+  } else {
+    w.embed_f32 = embed->data;
+  }
+  if (c.tied_embeddings && !f.find("lm_head.weight")) {
+    w.lm_head = kernels::PackedWeight::pack(embed->data.data(), V, H, c.weight_type);
+  } else {
+    RETURN_IF_ERROR(f.linear("lm_head.weight", V, H, &w.lm_head));
+  }
+  RETURN_IF_ERROR(f.vec("model.norm.weight", H, &w.final_norm));
+
+  w.layers.resize(c.layers);
+  for (int32_t l = 0; l < c.layers; ++l) {
+    LayerWeights& L = w.layers[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    RETURN_IF_ERROR(f.vec(p + "input_layernorm.weight", H, &L.attn_norm));
+    RETURN_IF_ERROR(f.vec(p + "post_attention_layernorm.weight", H, &L.mlp_norm));
+    RETURN_IF_ERROR(f.linear(p + "self_attn.q_proj.weight", q_out, H, &L.q));
+    RETURN_IF_ERROR(f.linear(p + "self_attn.k_proj.weight", kv_out, H, &L.k));
+    RETURN_IF_ERROR(f.linear(p + "self_attn.v_proj.weight", kv_out, H, &L.v));
+    RETURN_IF_ERROR(f.linear(p + "self_attn.o_proj.weight", H, q_out, &L.o));
+    if (c.attention_bias) {
+      RETURN_IF_ERROR(f.vec(p + "self_attn.q_proj.bias", q_out, &L.q_bias));
+      RETURN_IF_ERROR(f.vec(p + "self_attn.k_proj.bias", kv_out, &L.k_bias));
+      RETURN_IF_ERROR(f.vec(p + "self_attn.v_proj.bias", kv_out, &L.v_bias));
+    } else {
+      RETURN_IF_ERROR(f.optional_vec(p + "self_attn.q_proj.bias", q_out, &L.q_bias));
+      RETURN_IF_ERROR(f.optional_vec(p + "self_attn.k_proj.bias", kv_out, &L.k_bias));
+      RETURN_IF_ERROR(f.optional_vec(p + "self_attn.v_proj.bias", kv_out, &L.v_bias));
+    }
+
+    L.sparse = is_sparse_layer(c, l);
+    if (!L.sparse) {
+      if (c.ffn <= 0) {
+        return bad_config(model, "layer " + std::to_string(l) +
+                                     " is dense but the intermediate size is not positive");
+      }
+      RETURN_IF_ERROR(f.mlp(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
+                            p + "mlp.down_proj.weight", H, c.ffn, &L.mlp));
+      continue;
+    }
+    // Mixtral names (block_sparse_moe.*, w1 gate / w3 up / w2 down) or Qwen2-MoE names
+    // (mlp.gate, mlp.experts.E.*_proj, mlp.shared_expert*).
+    const bool mixtral = f.find(p + "block_sparse_moe.gate.weight") != nullptr ||
+                         (c.arch == Arch::kMixtral && !f.find(p + "mlp.gate.weight"));
+    const int64_t E = c.experts, F = c.moe_ffn;
+    L.experts.resize(E);
+    if (mixtral) {
+      RETURN_IF_ERROR(f.linear(p + "block_sparse_moe.gate.weight", E, H, &L.router));
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string q = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        RETURN_IF_ERROR(f.mlp(q + "w1.weight", q + "w3.weight", q + "w2.weight", H, F,
+                              &L.experts[e]));
+      }
+    } else {
+      RETURN_IF_ERROR(f.linear(p + "mlp.gate.weight", E, H, &L.router));
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+        RETURN_IF_ERROR(f.mlp(q + "gate_proj.weight", q + "up_proj.weight",
+                              q + "down_proj.weight", H, F, &L.experts[e]));
+      }
+    }
+    if (c.shared_ffn > 0) {
+      L.has_shared = true;
+      const std::string q = p + "mlp.shared_expert.";
+      RETURN_IF_ERROR(f.mlp(q + "gate_proj.weight", q + "up_proj.weight",
+                            q + "down_proj.weight", H, c.shared_ffn, &L.shared));
+      if (c.shared_expert_gate) {
+        L.has_shared_gate = true;
+        RETURN_IF_ERROR(f.linear(p + "mlp.shared_expert_gate.weight", 1, H, &L.shared_gate));
+      }
+    }
+  }
+  w.rope = kernels::RopeTable(D, c.rope_theta, c.max_positions);
+  return w;
+}
+
+}  // namespace llmrr

@@ -1,0 +1,54 @@
+// The engine's model: a LoadedModel's fp32 Hugging Face tensors packed for the kernels.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "llmrr/format/status.h"
+#include "llmrr/kernels/ops.h"
+#include "llmrr/runtime/model.h"
+
+namespace llmrr {
+
+struct MlpWeights {
+  kernels::PackedWeight gate, up, down;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, mlp_norm;
+  kernels::PackedWeight q, k, v, o;
+  std::vector<float> q_bias, k_bias, v_bias;  // empty when the checkpoint has none
+  bool sparse = false;                        // MoE layer
+  MlpWeights mlp;                             // dense layers
+  kernels::PackedWeight router;               // [experts, hidden]
+  std::vector<MlpWeights> experts;
+  bool has_shared = false;
+  MlpWeights shared;
+  bool has_shared_gate = false;
+  kernels::PackedWeight shared_gate;          // [1, hidden]
+};
+
+struct EngineWeights {
+  ModelConfig cfg;                 // head_dim filled in, overrides applied
+  std::vector<float> embed_f32;    // [vocab, hidden] (fp32 models)
+  std::vector<uint16_t> embed_bf16;
+  kernels::PackedWeight lm_head;   // [vocab, hidden]
+  std::vector<float> final_norm;
+  std::vector<LayerWeights> layers;
+  kernels::RopeTable rope;
+
+  const void* embed_table() const {
+    return cfg.weight_type == kernels::WeightType::kBF16
+               ? static_cast<const void*>(embed_bf16.data())
+               : static_cast<const void*>(embed_f32.data());
+  }
+};
+
+// Checks `cfg` (with overrides already applied) and packs every tensor it needs; a missing
+// tensor or a wrong shape is an error naming the tensor.
+Result<EngineWeights> pack_weights(const LoadedModel& model, const ModelConfig& cfg);
+
+// Layer `layer` is a MoE layer (Qwen2-MoE decoder_sparse_step; every layer for Mixtral).
+bool is_sparse_layer(const ModelConfig& cfg, int32_t layer);
+
+}  // namespace llmrr

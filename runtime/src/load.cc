@@ -1,0 +1,49 @@
+#include "llmrr/runtime/load.h"
+
+#include <algorithm>
+#include <string>
+
+namespace llmrr {
+namespace {
+
+// splitmix64: a small, well-mixed, portable generator (the same stream on every host).
+struct SplitMix {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  int64_t uniform(int64_t lo, int64_t hi) {  // inclusive
+    if (hi <= lo) return lo;
+    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
+  }
+};
+
+}  // namespace
+
+std::vector<RequestSpec> make_load_requests(const LoadOptions& o) {
+  std::vector<RequestSpec> out;
+  SplitMix rng{o.seed ^ 0x6C6F61646C6F6164ull};  // "loadload"
+  const int32_t hi = o.token_hi > 0 ? std::min(o.token_hi, o.vocab) : o.vocab;
+  const int32_t lo = std::clamp(o.token_lo, 0, std::max(hi - 1, 0));
+  for (int32_t i = 0; i < o.count; ++i) {
+    RequestSpec r;
+    r.id = o.first_id + static_cast<RequestId>(i);
+    r.label = "load-" + std::to_string(i);
+    int64_t plen = rng.uniform(o.min_prompt, o.max_prompt);
+    int64_t mt = rng.uniform(o.min_new, o.max_new);
+    // Keep prompt + new tokens within the model's positions.
+    plen = std::max<int64_t>(1, std::min<int64_t>(plen, o.max_positions / 2));
+    mt = std::max<int64_t>(1, std::min<int64_t>(mt, o.max_positions - plen));
+    r.max_tokens = static_cast<int32_t>(mt);
+    r.arrival_step = rng.uniform(0, o.max_arrival);
+    r.prompt.resize(static_cast<size_t>(plen));
+    for (int32_t& t : r.prompt) t = static_cast<int32_t>(rng.uniform(lo, hi - 1));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace llmrr

@@ -1,0 +1,97 @@
+// llmrr run: generate the target request's text (stdout) with the engine, optionally under
+// synthetic load; a one-line summary goes to stderr.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "engine_options.h"
+#include "llmrr/runtime/engine.h"
+
+namespace {
+
+using namespace llmrr;
+
+// Streams the target's text to stdout as its tokens are sampled.
+class TextStream : public Observer {
+ public:
+  TextStream(const Tokenizer* tok, RequestId target, int32_t eos)
+      : tok_(tok), target_(target), eos_(eos) {}
+  void on_token(const TokenEvent& t) override {
+    if (t.request != target_) return;
+    if (t.token == eos_) return;
+    ids_.push_back(t.token);
+    if (!tok_) {
+      std::printf("%s%d", ids_.size() > 1 ? " " : "", t.token);
+    } else {
+      std::string text = tok_->decode(ids_);
+      if (text.size() > printed_) {
+        std::fwrite(text.data() + printed_, 1, text.size() - printed_, stdout);
+        printed_ = text.size();
+      }
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  const Tokenizer* tok_;
+  RequestId target_;
+  int32_t eos_;
+  std::vector<int32_t> ids_;
+  size_t printed_ = 0;
+};
+
+}  // namespace
+
+int run_run_command(int argc, char** argv) {
+  CLI::App app{"llmrr run: generate text for one prompt (stdout), optionally under load"};
+  app.name("llmrr run");
+  cli::EngineOptions o;
+  cli::add_engine_options(app, o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  Result<cli::EngineSetup> setup = cli::make_engine_setup(o);
+  if (!setup.ok()) {
+    std::fprintf(stderr, "llmrr run: %s\n", setup.status().to_string().c_str());
+    return exit_code_for(setup.status());
+  }
+  Result<std::unique_ptr<Engine>> engine =
+      Engine::create(setup->model, setup->config, setup->policy);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "llmrr run: %s\n", engine.status().to_string().c_str());
+    return exit_code_for(engine.status());
+  }
+  Engine& e = **engine;
+  for (const RequestSpec& r : setup->requests) {
+    Status st = e.add_request(r);
+    if (!st.ok()) {
+      std::fprintf(stderr, "llmrr run: %s\n", st.to_string().c_str());
+      return exit_code_for(st);
+    }
+  }
+  TextStream stream(setup->model.tokenizer.get(), setup->target, e.model_config().eos);
+  e.add_observer(&stream);
+  Status st = e.run();
+  std::printf("\n");
+  if (!st.ok()) {
+    std::fprintf(stderr, "llmrr run: %s\n", st.to_string().c_str());
+    return exit_code_for(st);
+  }
+  const RequestState* t = e.request(setup->target);
+  const EngineStats& s = e.stats();
+  const double secs = s.seconds > 0 ? s.seconds : 1e-9;
+  std::fprintf(stderr,
+               "llmrr run: %zu tokens (%s) | %lld steps, %lld rows (%lld prefill, %lld decode), "
+               "%lld tokens generated with load %d | %.1f tokens/s, %.1f rows/s | %s, %d "
+               "threads\n",
+               t->generated.size(), t->reason == FinishReason::kEos ? "eos" : "max tokens",
+               static_cast<long long>(s.steps), static_cast<long long>(s.rows),
+               static_cast<long long>(s.prefill_rows), static_cast<long long>(s.decode_rows),
+               static_cast<long long>(s.generated), o.load, s.generated / secs, s.rows / secs,
+               setup->policy_name.c_str(), setup->config.threads);
+  return 0;
+}
