@@ -3,10 +3,12 @@
 
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "llmrr/runtime/builtin.h"
+#include "llmrr/runtime/gguf.h"
 #include "llmrr/runtime/safetensors.h"
 
 namespace llmrr {
@@ -27,7 +29,20 @@ Result<LoadedModel> load_model(const std::string& spec) {
                       spec + ": no such file or directory (a model is builtin:<name>, a "
                              "directory with config.json + *.safetensors, or a .gguf file)");
   if (S_ISDIR(st.st_mode)) return load_safetensors_dir(spec);
-  return make_error(ErrorCode::kUnsupported, spec + ": loader not available yet");
+  // A file: GGUF by its magic (whatever its name), or a .safetensors file inside a model
+  // directory.
+  char magic[4] = {};
+  if (std::FILE* f = std::fopen(spec.c_str(), "rb")) {
+    const size_t got = std::fread(magic, 1, 4, f);
+    std::fclose(f);
+    if (got == 4 && std::memcmp(magic, "GGUF", 4) == 0) return load_gguf(spec);
+  }
+  const size_t slash = spec.find_last_of('/');
+  if (spec.size() > 12 && spec.compare(spec.size() - 12, 12, ".safetensors") == 0)
+    return load_safetensors_dir(slash == std::string::npos ? "." : spec.substr(0, slash));
+  if (spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".gguf") == 0) return load_gguf(spec);
+  return make_error(ErrorCode::kInvalidArgument,
+                    spec + ": not a GGUF file, a .safetensors file or a model directory");
 }
 
 std::string model_cache_dir() {
