@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "llmrr/kernels/isa.h"
+#include "llmrr/kernels/ops.h"
 
 namespace llmrr::kernels::internal {
 
@@ -16,6 +17,9 @@ float dot16(const float* a, const float* b, int64_t n, Isa isa);
 // AVX-512 halves (elementwise_avx512.cc).
 void exp_array_avx512(const float* x, float* y, int64_t n);
 float dot16_avx512(const float* a, const float* b, int64_t n);
+// One (row, KV head) of attention on the AVX-512 path (attention_avx512.cc).
+void attention_row_group_avx512(const AttnRow& row, int32_t g, const AttnShape& shape,
+                                const Plan& plan);
 
 // What LLMRR_ISA=value asks for, before clamping to the hardware (nullptr or unknown →
 // the hardware's best).

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/select_internal.h"
 #include "llmrr/kernels/numerics.h"
 #include "llmrr/kernels/ops.h"
 
@@ -35,32 +36,35 @@ SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& pa
     res.token = argmax(logits, vocab);
     return res;
   }
-  // Candidates: every non-NaN id, scaled, in descending order (ties: lower id first).
-  struct Cand {
-    float v;
-    int32_t id;
-  };
-  std::vector<Cand> c;
-  c.reserve(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) {
-    const float s = logits[i] / params.temperature;
-    if (s == s) c.push_back({s, static_cast<int32_t>(i)});
+  // Candidates: every non-NaN id, scaled, in rank order (descending, ties: lower id first).
+  thread_local std::vector<internal::Ranked> c, tmp;
+  thread_local std::vector<float> scaled;
+  const bool filter_k = params.top_k > 0 && params.top_k < vocab;
+  if (filter_k) {
+    scaled.resize(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < vocab; ++i) scaled[i] = logits[i] / params.temperature;
+    internal::select_top(scaled.data(), vocab, params.top_k, c);
+    // NaN ranks last; a NaN in the kept set means fewer than k numbers exist.
+    while (!c.empty() && c.back().v != c.back().v) c.pop_back();
+  } else {
+    c.clear();
+    c.reserve(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < vocab; ++i) {
+      // + 0.0f turns −0 into +0 so that ±0 tie (by id) as they compare equal; exp(s − max)
+      // is the same for both.
+      const float s = logits[i] / params.temperature + 0.0f;
+      if (s == s) c.push_back({s, static_cast<int32_t>(i)});
+    }
+    internal::radix_rank(c, tmp);
   }
   if (c.empty()) {
     res.token = argmax(logits, vocab);
     return res;
   }
-  auto desc = [](const Cand& a, const Cand& b) { return a.v != b.v ? a.v > b.v : a.id < b.id; };
-  size_t keep = c.size();
-  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < keep) {
-    keep = static_cast<size_t>(params.top_k);
-    std::partial_sort(c.begin(), c.begin() + keep, c.end(), desc);
-    c.resize(keep);
-  } else {
-    std::sort(c.begin(), c.end(), desc);
-  }
+  const size_t keep = c.size();
   const float mx = c[0].v;
-  std::vector<float> cum(keep);
+  thread_local std::vector<float> cum;
+  cum.resize(keep);
   float total = 0.0f;
   for (size_t i = 0; i < keep; ++i) {
     total = total + numerics::exp_f32(c[i].v - mx);

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu/select_internal.h"
 #include "llmrr/kernels/numerics.h"
 #include "llmrr/kernels/ops.h"
 
@@ -35,35 +36,15 @@ int32_t argmax(const float* x, int64_t n) {
   return best < 0 && n > 0 ? 0 : best;
 }
 
-namespace {
-
-// a ranks before b: larger value first, then lower id; NaN ranks after every number.
-inline bool ranks_before(const float* x, int32_t a, int32_t b) {
-  const float va = x[a], vb = x[b];
-  const bool na = va != va, nb = vb != vb;
-  if (na != nb) return nb;
-  if (!na && va != vb) return va > vb;
-  return a < b;
-}
-
-}  // namespace
-
 void topk(const float* x, int64_t n, int k, int32_t* ids, float* values) {
   if (k <= 0) return;
-  const int64_t take = std::min<int64_t>(k, n);
-  std::vector<int32_t> idx(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) idx[i] = static_cast<int32_t>(i);
-  auto cmp = [x](int32_t a, int32_t b) { return ranks_before(x, a, b); };
-  if (take < n) {
-    std::partial_sort(idx.begin(), idx.begin() + take, idx.end(), cmp);
-  } else {
-    std::sort(idx.begin(), idx.end(), cmp);
+  thread_local std::vector<internal::Ranked> top;
+  internal::select_top(x, n, k, top);
+  for (size_t i = 0; i < top.size(); ++i) {
+    ids[i] = top[i].id;
+    values[i] = top[i].v;
   }
-  for (int64_t i = 0; i < take; ++i) {
-    ids[i] = idx[i];
-    values[i] = x[idx[i]];
-  }
-  for (int64_t i = take; i < k; ++i) {
+  for (int64_t i = static_cast<int64_t>(top.size()); i < k; ++i) {
     ids[i] = -1;
     values[i] = -std::numeric_limits<float>::infinity();
   }
