@@ -4,30 +4,54 @@ namespace llmrr {
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kBadMagic: return "bad_magic";
-    case ErrorCode::kVersionTooNew: return "version_too_new";
-    case ErrorCode::kTruncated: return "truncated";
-    case ErrorCode::kChecksumMismatch: return "checksum_mismatch";
-    case ErrorCode::kFrameTooLarge: return "frame_too_large";
-    case ErrorCode::kSizeMismatch: return "size_mismatch";
-    case ErrorCode::kCorruptPayload: return "corrupt_payload";
-    case ErrorCode::kBadFlatbuffer: return "bad_flatbuffer";
-    case ErrorCode::kBadFooter: return "bad_footer";
-    case ErrorCode::kSemantic: return "semantic";
-    case ErrorCode::kUnknownKind: return "unknown_kind";
-    case ErrorCode::kInvalidArgument: return "invalid_argument";
-    case ErrorCode::kBadModel: return "bad_model";
-    case ErrorCode::kMissingTensor: return "missing_tensor";
-    case ErrorCode::kShapeMismatch: return "shape_mismatch";
-    case ErrorCode::kUnsupported: return "unsupported";
-    case ErrorCode::kWeightMismatch: return "weight_mismatch";
-    case ErrorCode::kBadRequest: return "bad_request";
-    case ErrorCode::kIo: return "io";
-    case ErrorCode::kNotFound: return "not_found";
-    case ErrorCode::kIsDirectory: return "is_directory";
-    case ErrorCode::kResourceLimit: return "resource_limit";
-    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kBadMagic:
+      return "bad_magic";
+    case ErrorCode::kVersionTooNew:
+      return "version_too_new";
+    case ErrorCode::kTruncated:
+      return "truncated";
+    case ErrorCode::kChecksumMismatch:
+      return "checksum_mismatch";
+    case ErrorCode::kFrameTooLarge:
+      return "frame_too_large";
+    case ErrorCode::kSizeMismatch:
+      return "size_mismatch";
+    case ErrorCode::kCorruptPayload:
+      return "corrupt_payload";
+    case ErrorCode::kBadFlatbuffer:
+      return "bad_flatbuffer";
+    case ErrorCode::kBadFooter:
+      return "bad_footer";
+    case ErrorCode::kSemantic:
+      return "semantic";
+    case ErrorCode::kUnknownKind:
+      return "unknown_kind";
+    case ErrorCode::kInvalidArgument:
+      return "invalid_argument";
+    case ErrorCode::kBadModel:
+      return "bad_model";
+    case ErrorCode::kMissingTensor:
+      return "missing_tensor";
+    case ErrorCode::kShapeMismatch:
+      return "shape_mismatch";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
+    case ErrorCode::kWeightMismatch:
+      return "weight_mismatch";
+    case ErrorCode::kBadRequest:
+      return "bad_request";
+    case ErrorCode::kIo:
+      return "io";
+    case ErrorCode::kNotFound:
+      return "not_found";
+    case ErrorCode::kIsDirectory:
+      return "is_directory";
+    case ErrorCode::kResourceLimit:
+      return "resource_limit";
+    case ErrorCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

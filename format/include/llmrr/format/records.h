@@ -1,0 +1,325 @@
+// Plain structs for everything a trace holds. They mirror format/llmrr.fbs field for field
+// (the schema's comments state what a valid trace must satisfy); TraceWriter takes them and
+// TraceReader returns them, so no caller ever touches a FlatBuffers builder.
+//
+// Enums have the numeric values of the runtime's enums (kernels/plan.h, runtime/observer.h)
+// so a recorder converts with static_cast. Sites are the packed uint64 of runtime/site.h
+// (SiteId::packed()); request ids are the runtime's RequestId.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "llmrr/format/fingerprint.h"
+
+namespace llmrr::trace {
+
+enum class OpKind : uint8_t { kGemm = 0, kRmsNorm = 1, kAttention = 2, kCombine = 3 };
+enum class SplitMode : uint8_t { kCount = 0, kSize = 1 };
+enum class CombineOrder : uint8_t { kFixed = 0, kArrival = 1 };
+enum class SegmentKind : uint8_t { kPrefill = 0, kDecode = 1 };
+enum class RouteOutcome : uint8_t { kKept = 0, kRerouted = 1, kDropped = 2 };
+enum class FinishReason : uint8_t { kEos = 0, kMaxTokens = 1, kAborted = 2 };
+enum class OverflowPolicy : uint8_t { kDrop = 0, kNextBest = 1 };
+enum class CaptureLevel : uint8_t { kNone = 0, kLayers = 1, kAll = 2 };
+enum class LogitsMode : uint8_t { kTopK = 0, kFull = 1 };
+enum class DType : uint8_t {
+  kF32 = 0,
+  kBF16 = 1,
+  kF16 = 2,
+  kF64 = 3,
+  kI8 = 4,
+  kU8 = 5,
+  kI16 = 6,
+  kI32 = 7,
+  kI64 = 8
+};
+
+// Bytes per element of a dtype; 0 for a value this build does not know.
+int dtype_size(DType dtype);
+const char* dtype_name(DType dtype);                   // "f32", "bf16", ...
+const char* op_kind_name(OpKind op);                   // "gemm", "rmsnorm", "attention", "combine"
+const char* segment_kind_name(SegmentKind kind);       // "prefill", "decode"
+const char* route_outcome_name(RouteOutcome outcome);  // "kept", "rerouted", "dropped"
+const char* finish_reason_name(FinishReason reason);   // "eos", "max_tokens", "aborted"
+const char* overflow_policy_name(OverflowPolicy policy);  // "drop", "next_best"
+const char* capture_level_name(CaptureLevel level);       // "none", "layers", "all"
+const char* logits_mode_name(LogitsMode mode);            // "topk", "full"
+
+// ---------------------------------------------------------------------------------------
+// Run header.
+
+struct HostInfo {
+  std::string hostname;
+  std::string os;
+  std::string cpu;
+  int32_t cores = 0;
+  std::string isa;  // kernel path the engine dispatched to ("avx512", "avx2")
+  bool operator==(const HostInfo&) const = default;
+};
+
+struct DeviceInfo {
+  std::string kind = "cpu";  // "cpu" or "cuda"
+  std::string name;
+  std::string compute_capability;
+  std::string driver;
+  int64_t memory_bytes = 0;
+  int32_t sm_count = 0;  // physical; the virtual device is in EngineConfig
+  bool operator==(const DeviceInfo&) const = default;
+};
+
+struct ModelInfo {
+  std::string name;
+  std::string path;
+  std::string architecture;
+  std::string weight_hash;  // algorithm-prefixed hex, e.g. "xxh3-64:1f2e3d4c5b6a7988"
+  std::string weight_dtype;
+  std::string compute_dtype;
+  int32_t layers = 0;
+  int32_t hidden = 0;
+  int32_t vocab = 0;
+  int32_t heads = 0;
+  int32_t kv_heads = 0;
+  int32_t experts = 0;
+  int32_t experts_per_token = 0;
+  bool operator==(const ModelInfo&) const = default;
+};
+
+struct EngineConfig {
+  std::string policy;  // "production", "invariant", "forced"
+  int32_t virtual_sms = 0;
+  int32_t blocks_per_sm = 0;
+  int32_t threads = 0;
+  int32_t max_batch_tokens = 0;
+  int32_t max_seqs = 0;
+  int32_t prefill_chunk = 0;
+  int32_t kv_block_size = 0;
+  float capacity_factor = 0.0f;  // 0 = dropless
+  OverflowPolicy overflow = OverflowPolicy::kDrop;
+  bool atomics = false;
+  uint64_t seed = 0;
+  int32_t load = 0;
+  CaptureLevel capture = CaptureLevel::kLayers;
+  LogitsMode logits_mode = LogitsMode::kTopK;
+  int32_t top_k = 32;
+  bool operator==(const EngineConfig&) const = default;
+};
+
+struct RunHeader {
+  // Written by TraceWriter (any value the caller sets is ignored); TraceReader reports the
+  // version the file was written with.
+  uint16_t format_major = 0;
+  uint16_t format_minor = 0;
+  std::string tool_version;  // required, non-empty
+  int64_t created_unix_ns = 0;
+  std::string run_id;  // unique; XOR-coded blobs in other traces refer to it
+  HostInfo host;
+  DeviceInfo device;
+  ModelInfo model;
+  EngineConfig engine;
+  std::string extra_config_json;  // free-form JSON ("" or an object)
+  std::string command_line;
+  bool operator==(const RunHeader&) const = default;
+};
+
+// ---------------------------------------------------------------------------------------
+// Step records.
+
+// kernels/plan.h's Plan, field for field.
+struct PlanRecord {
+  OpKind op = OpKind::kGemm;
+  SplitMode mode = SplitMode::kCount;
+  CombineOrder order = CombineOrder::kFixed;
+  bool separate_new_kv = false;
+  uint32_t splits = 1;
+  uint32_t split_size = 0;
+  uint32_t k_tile = 0;
+  std::vector<uint16_t> arrival;
+  bool operator==(const PlanRecord&) const = default;
+};
+
+struct SitePlan {
+  uint64_t site = 0;  // packed SiteId
+  PlanRecord plan;
+  bool operator==(const SitePlan&) const = default;
+};
+
+// runtime's BatchSegment: consecutive rows of one request, positions [start, start+count).
+struct Segment {
+  uint64_t request = 0;
+  int32_t start = 0;
+  int32_t count = 0;
+  int32_t cached = 0;
+  SegmentKind kind = SegmentKind::kPrefill;
+  bool sample = false;
+  bool operator==(const Segment&) const = default;
+};
+
+// Fingerprints of the rows of one site.
+struct SiteRows {
+  uint64_t site = 0;
+  int32_t cols = 0;
+  std::vector<int32_t> batch_rows;  // batch row of each fingerprint; empty = 0..n-1
+  std::vector<Fingerprint> rows;
+  bool operator==(const SiteRows&) const = default;
+};
+
+// Routing of every token of a step at one MoE layer; arrays are rows × k, rank order.
+struct Routing {
+  int32_t layer = 0;
+  int32_t rows = 0;
+  int32_t k = 0;
+  int32_t experts_total = 0;  // <= 32767 (stored as int16)
+  int32_t capacity = 0;       // 0 = unbounded
+  std::vector<int32_t> chosen;
+  std::vector<int32_t> experts;  // -1 = dropped
+  std::vector<float> gates;
+  std::vector<RouteOutcome> outcome;
+  bool operator==(const Routing&) const = default;
+};
+
+struct LogitsRecord {
+  uint64_t request = 0;
+  int32_t position = 0;
+  int32_t batch_row = 0;
+  int32_t vocab = 0;
+  std::vector<int32_t> top_ids;  // descending by value, ties to the lower id
+  std::vector<float> top_values;
+  Fingerprint full;     // fingerprint_row of the whole vocab row
+  float margin = 0.0f;  // top1 − top2
+  int64_t blob = -1;    // full logits as a tensor blob id, or -1
+  bool operator==(const LogitsRecord&) const = default;
+};
+
+struct TokenRecord {
+  uint64_t request = 0;
+  int32_t position = 0;
+  int32_t token = 0;
+  double uniform = -1.0;  // sampler draw; -1 when greedy
+  bool operator==(const TokenRecord&) const = default;
+};
+
+struct RequestRecord {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  int32_t max_tokens = 0;
+  int64_t arrival_step = 0;
+  bool stop_at_eos = true;
+  std::string label;
+  bool operator==(const RequestRecord&) const = default;
+};
+
+struct FinishRecord {
+  uint64_t request = 0;
+  FinishReason reason = FinishReason::kMaxTokens;
+  int32_t generated = 0;
+  bool operator==(const FinishRecord&) const = default;
+};
+
+// Everything recorded about one engine step. The writer stores `plans` deduplicated (a
+// step whose plans equal the previous step's costs no plan bytes); the reader always
+// returns the step's full assignment. Lists keep the order the caller gave, except
+// `plans`, which comes back sorted by site.
+struct StepRecord {
+  int64_t step = 0;
+  std::vector<RequestRecord> arrivals;
+  std::vector<Segment> segments;
+  std::vector<SitePlan> plans;  // sites unique
+  std::vector<SiteRows> rows;   // sites unique
+  std::vector<Routing> routing;
+  std::vector<LogitsRecord> logits;
+  std::vector<TokenRecord> tokens;
+  std::vector<FinishRecord> finishes;
+
+  int64_t row_count() const;  // Σ segments[i].count
+  // Binary search in `plans` (which must be sorted by site, as the reader returns it).
+  const PlanRecord* find_plan(uint64_t site) const;
+  const SiteRows* find_rows(uint64_t site) const;  // linear search
+  void clear();                                    // empties every list, keeping capacity
+  bool operator==(const StepRecord&) const = default;
+};
+
+// ---------------------------------------------------------------------------------------
+// Tensor blobs.
+
+// What append_blob stores. The bytes are copied before append_blob returns.
+struct BlobSpec {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // Π shape × dtype_size(dtype) must equal `bytes`
+  const void* data = nullptr;
+  size_t bytes = 0;  // <= kMaxFrameRawBytes minus a little metadata
+  std::string name;  // e.g. "logits"
+  int64_t step = -1;
+  uint64_t site = 0;
+  uint64_t request = 0;
+  // Optional XOR coding: when `xor_reference` is set, the bytes are stored as
+  // data XOR reference (same size required), which a near-identical tensor turns into
+  // mostly zeros. The frame records the reference's trace run_id, blob id and hash; a
+  // reader needs the same reference bytes to decode it.
+  const void* xor_reference = nullptr;
+  std::string reference_trace;  // run_id of the trace holding the reference
+  int64_t reference_blob = -1;
+};
+
+struct BlobInfo {
+  int64_t id = -1;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;
+  std::string name;
+  int64_t step = -1;
+  uint64_t site = 0;
+  uint64_t request = 0;
+  bool shuffled = false;
+  bool xor_coded = false;
+  std::string reference_trace;
+  int64_t reference_blob = -1;
+  uint64_t reference_hash = 0;
+  int64_t frame = -1;  // frame index in the file
+};
+
+// ---------------------------------------------------------------------------------------
+// Kernel records (CUPTI activity; reserved, written by the CUDA recorder).
+
+struct KernelRecord {
+  std::string name;
+  int64_t step = -1;
+  std::vector<int32_t> grid;
+  std::vector<int32_t> block;
+  uint64_t stream = 0;
+  uint64_t correlation = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  bool operator==(const KernelRecord&) const = default;
+};
+
+// ---------------------------------------------------------------------------------------
+// Footer-level summaries.
+
+struct RequestSummary {
+  uint64_t id = 0;
+  int64_t arrival_step = 0;  // step whose record carried the arrival
+  int32_t prompt_len = 0;
+  uint64_t prompt_hash = 0;  // hash_bytes of the prompt ids (int32 little-endian)
+  int64_t finish_step = -1;  // -1: unfinished when the trace ended
+  int32_t generated = 0;
+  FinishReason reason = FinishReason::kMaxTokens;
+  std::string label;
+  bool operator==(const RequestSummary&) const = default;
+};
+
+struct KindBytes {
+  std::string kind;  // "segments", "plans", "fingerprints", "routing", "logits", ...
+  uint64_t raw_bytes = 0;
+  bool operator==(const KindBytes&) const = default;
+};
+
+// Hash of a prompt as RequestSummary::prompt_hash has it.
+uint64_t prompt_hash(const std::vector<int32_t>& prompt);
+
+}  // namespace llmrr::trace

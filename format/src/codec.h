@@ -1,0 +1,109 @@
+// Container internals: frame header and trailer encoding, byte-plane shuffle, zstd.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llmrr/format/container.h"
+
+struct ZSTD_CCtx_s;
+struct ZSTD_DCtx_s;
+
+namespace llmrr::trace::detail {
+
+inline void store_u16(uint8_t* p, uint16_t v) {
+  std::memcpy(p, &v, 2);
+}
+inline void store_u32(uint8_t* p, uint32_t v) {
+  std::memcpy(p, &v, 4);
+}
+inline void store_u64(uint8_t* p, uint64_t v) {
+  std::memcpy(p, &v, 8);
+}
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+uint64_t xxh3(const void* data, size_t bytes);
+
+struct FrameHeader {
+  FrameKind kind = FrameKind::kStepChunk;
+  Codec codec = Codec::kZstd;
+  uint16_t reserved = 0;
+  uint32_t raw_size = 0;
+  uint32_t stored_size = 0;
+  uint64_t checksum = 0;
+  uint32_t index = 0;
+  uint32_t header_check = 0;
+};
+
+void encode_frame_header(const FrameHeader& h, uint8_t out[kFrameHeaderBytes]);
+uint32_t frame_header_check(const uint8_t bytes[kFrameHeaderBytes]);
+
+enum class HeaderProblem { kNone, kMagic, kCheck };
+// Decodes without judging kind, codec or sizes (the caller knows the context).
+HeaderProblem decode_frame_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* h);
+
+void encode_file_header(uint16_t major, uint16_t minor, uint8_t out[kFileHeaderBytes]);
+void encode_trailer(uint64_t footer_offset, uint8_t out[kTrailerBytes]);
+// True when the 16 bytes are a well-formed trailer (magic and check); sets *offset.
+bool decode_trailer(const uint8_t in[kTrailerBytes], uint64_t* offset);
+
+bool known_kind(uint8_t kind);
+bool known_codec(uint8_t codec);
+
+// Byte-plane shuffle: out[p * n + i] = in[i * elem + p] for n = bytes / elem whole elements;
+// trailing bytes (bytes % elem) are copied unchanged.
+void shuffle_bytes(const uint8_t* in, uint8_t* out, size_t bytes, size_t elem);
+void unshuffle_bytes(const uint8_t* in, uint8_t* out, size_t bytes, size_t elem);
+
+// Reusable zstd contexts (one per thread).
+class ZstdCompressor {
+ public:
+  ZstdCompressor();
+  ~ZstdCompressor();
+  ZstdCompressor(const ZstdCompressor&) = delete;
+  ZstdCompressor& operator=(const ZstdCompressor&) = delete;
+  // Appends the compressed form of [src, src+n) to *out. Returns false (with *error) on
+  // failure, which only an internal bug can cause.
+  bool compress(const uint8_t* src, size_t n, int level, std::vector<uint8_t>* out,
+                std::string* error);
+
+ private:
+  ZSTD_CCtx_s* ctx_;
+};
+
+class ZstdDecompressor {
+ public:
+  ZstdDecompressor();
+  ~ZstdDecompressor();
+  ZstdDecompressor(const ZstdDecompressor&) = delete;
+  ZstdDecompressor& operator=(const ZstdDecompressor&) = delete;
+
+  enum class Result { kOk, kTooBig, kTooSmall, kCorrupt };
+  // Decodes [src, src+n) into exactly `expected` bytes at dst (whose capacity is exactly
+  // `expected`). kTooBig: the stream decodes to more; kTooSmall: to fewer (*decoded says
+  // how many); kCorrupt: zstd refused it (*error says why).
+  Result decompress(const uint8_t* src, size_t n, uint8_t* dst, size_t expected, size_t* decoded,
+                    std::string* error);
+
+ private:
+  ZSTD_DCtx_s* ctx_;
+};
+
+}  // namespace llmrr::trace::detail

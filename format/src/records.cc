@@ -1,0 +1,200 @@
+#include <algorithm>
+
+#include "codec.h"
+#include "llmrr/format/container.h"
+#include "llmrr/format/records.h"
+
+namespace llmrr::trace {
+
+int dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kF64:
+      return 8;
+    case DType::kI8:
+      return 1;
+    case DType::kU8:
+      return 1;
+    case DType::kI16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kF64:
+      return "f64";
+    case DType::kI8:
+      return "i8";
+    case DType::kU8:
+      return "u8";
+    case DType::kI16:
+      return "i16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+  }
+  return "unknown";
+}
+
+const char* op_kind_name(OpKind op) {
+  switch (op) {
+    case OpKind::kGemm:
+      return "gemm";
+    case OpKind::kRmsNorm:
+      return "rmsnorm";
+    case OpKind::kAttention:
+      return "attention";
+    case OpKind::kCombine:
+      return "combine";
+  }
+  return "unknown";
+}
+
+const char* segment_kind_name(SegmentKind kind) {
+  switch (kind) {
+    case SegmentKind::kPrefill:
+      return "prefill";
+    case SegmentKind::kDecode:
+      return "decode";
+  }
+  return "unknown";
+}
+
+const char* route_outcome_name(RouteOutcome outcome) {
+  switch (outcome) {
+    case RouteOutcome::kKept:
+      return "kept";
+    case RouteOutcome::kRerouted:
+      return "rerouted";
+    case RouteOutcome::kDropped:
+      return "dropped";
+  }
+  return "unknown";
+}
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kMaxTokens:
+      return "max_tokens";
+    case FinishReason::kAborted:
+      return "aborted";
+  }
+  return "unknown";
+}
+
+const char* overflow_policy_name(OverflowPolicy policy) {
+  switch (policy) {
+    case OverflowPolicy::kDrop:
+      return "drop";
+    case OverflowPolicy::kNextBest:
+      return "next_best";
+  }
+  return "unknown";
+}
+
+const char* capture_level_name(CaptureLevel level) {
+  switch (level) {
+    case CaptureLevel::kNone:
+      return "none";
+    case CaptureLevel::kLayers:
+      return "layers";
+    case CaptureLevel::kAll:
+      return "all";
+  }
+  return "unknown";
+}
+
+const char* logits_mode_name(LogitsMode mode) {
+  switch (mode) {
+    case LogitsMode::kTopK:
+      return "topk";
+    case LogitsMode::kFull:
+      return "full";
+  }
+  return "unknown";
+}
+
+const char* frame_kind_name(FrameKind kind) {
+  switch (kind) {
+    case FrameKind::kRunHeader:
+      return "run header";
+    case FrameKind::kStepChunk:
+      return "step chunk";
+    case FrameKind::kTensorBlob:
+      return "tensor blob";
+    case FrameKind::kKernelRecords:
+      return "kernel records";
+    case FrameKind::kFooter:
+      return "footer";
+  }
+  return "unknown kind";
+}
+
+const char* codec_name(Codec codec) {
+  switch (codec) {
+    case Codec::kNone:
+      return "none";
+    case Codec::kZstd:
+      return "zstd";
+    case Codec::kShuffleZstd:
+      return "shuffle+zstd";
+  }
+  return "unknown codec";
+}
+
+int64_t StepRecord::row_count() const {
+  int64_t n = 0;
+  for (const Segment& s : segments) n += s.count;
+  return n;
+}
+
+const PlanRecord* StepRecord::find_plan(uint64_t site) const {
+  auto it = std::lower_bound(plans.begin(), plans.end(), site,
+                             [](const SitePlan& p, uint64_t s) { return p.site < s; });
+  if (it == plans.end() || it->site != site) return nullptr;
+  return &it->plan;
+}
+
+const SiteRows* StepRecord::find_rows(uint64_t site) const {
+  for (const SiteRows& r : rows)
+    if (r.site == site) return &r;
+  return nullptr;
+}
+
+void StepRecord::clear() {
+  step = 0;
+  arrivals.clear();
+  segments.clear();
+  plans.clear();
+  rows.clear();
+  routing.clear();
+  logits.clear();
+  tokens.clear();
+  finishes.clear();
+}
+
+uint64_t prompt_hash(const std::vector<int32_t>& prompt) {
+  return detail::xxh3(prompt.data(), prompt.size() * sizeof(int32_t));
+}
+
+}  // namespace llmrr::trace

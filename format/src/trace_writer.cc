@@ -1,0 +1,699 @@
+#include "llmrr/format/trace_writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <unordered_map>
+
+#include "check.h"
+#include "codec.h"
+#include "convert.h"
+#include "llmrr/format/container.h"
+
+namespace llmrr::trace {
+
+using detail::ChunkBuilder;
+using detail::KindCounters;
+
+namespace {
+
+// Room kept for FlatBuffers' finishing bytes and the blob prefix.
+constexpr size_t kFrameSlack = 4096;
+
+struct Job {
+  FrameKind kind = FrameKind::kStepChunk;
+  std::vector<uint8_t> raw;   // payload to encode (for blobs: the tensor bytes)
+  std::vector<uint8_t> meta;  // blobs: BlobMeta FlatBuffer
+  uint8_t elem_size = 1;      // blobs: shuffle width
+  int64_t first = -1;
+  int64_t last = -1;
+  uint64_t cost = 0;  // bytes counted in flight
+  // Step chunks: what the chunk holds, applied to the footer's counts once it is on disk.
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  std::vector<RequestSummary> arrived;
+  std::vector<RequestSummary> finished;  // id, finish_step, generated, reason
+};
+
+std::string errno_text(int e) {
+  return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
+}
+
+Status internal_error(const std::string& path, const char* what) {
+  return make_error(ErrorCode::kInternal, path + ": " + what);
+}
+
+}  // namespace
+
+class TraceWriter::Impl {
+ public:
+  Impl(std::string path, WriterOptions opt, int fd) : path_(std::move(path)), opt_(opt), fd_(fd) {}
+  ~Impl() {
+    if (worker_.joinable()) stop_worker();
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  Status start() {
+    uint8_t hdr[kFileHeaderBytes];
+    detail::encode_file_header(kFormatMajor, kFormatMinor, hdr);
+    RETURN_IF_ERROR(write_at(hdr, sizeof hdr, 0, "writing the file header"));
+    file_end_ = kFileHeaderBytes;
+    worker_ = std::thread([this] { worker_loop(); });
+    return Status::Ok();
+  }
+
+  Status append_run_header(const RunHeader& header) {
+    RETURN_IF_ERROR(usable("append_run_header"));
+    if (header_written_)
+      return make_error(
+          ErrorCode::kInvalidArgument,
+          path_ + ": append_run_header: expected one run header, found a second call");
+    if (header.tool_version.empty())
+      return make_error(
+          ErrorCode::kInvalidArgument,
+          path_ + ": append_run_header: tool_version: expected a version string, found \"\"");
+    RunHeader h = header;
+    h.format_major = kFormatMajor;
+    h.format_minor = kFormatMinor;
+    Job job;
+    job.kind = FrameKind::kRunHeader;
+    detail::build_run_header(h, &job.raw);
+    if (job.raw.size() > kMaxFrameRawBytes - kFrameSlack)
+      return make_error(ErrorCode::kResourceLimit,
+                        path_ + ": append_run_header: expected at most 16 MiB, found " +
+                            std::to_string(job.raw.size()) + " bytes");
+    header_raw_ = job.raw.size();
+    job.cost = job.raw.size();
+    RETURN_IF_ERROR(submit(std::move(job)));
+    header_written_ = true;
+    return Status::Ok();
+  }
+
+  Status append_step(const StepRecord& step) {
+    RETURN_IF_ERROR(usable("append_step"));
+    if (!header_written_)
+      return make_error(ErrorCode::kInvalidArgument,
+                        path_ + ": append_step: expected append_run_header first, found a step");
+    const size_t bound = detail::step_size_bound(step);
+    if (bound > kMaxFrameRawBytes - kFrameSlack)
+      return make_error(
+          ErrorCode::kResourceLimit,
+          path_ + ": append_step: step " + std::to_string(step.step) +
+              ": expected a record that fits one 16 MiB frame, found one needing up to " +
+              std::to_string(bound) + " bytes");
+    std::string why = checker_.check_step(step, next_blob_id_);
+    if (!why.empty())
+      return make_error(ErrorCode::kInvalidArgument, path_ + ": append_step: " + why);
+    if (chunk_.steps() > 0 && chunk_.size() + bound > kMaxFrameRawBytes - kFrameSlack)
+      RETURN_IF_ERROR(flush_chunk());
+    chunk_.add_step(step, &counters_);
+    ++pending_steps_;
+    pending_tokens_ += static_cast<int64_t>(step.tokens.size());
+    for (const RequestRecord& r : step.arrivals) {
+      RequestSummary sum;
+      sum.id = r.id;
+      sum.arrival_step = step.step;
+      sum.prompt_len = static_cast<int32_t>(r.prompt.size());
+      sum.prompt_hash = prompt_hash(r.prompt);
+      sum.label = r.label;
+      pending_arrived_.push_back(std::move(sum));
+    }
+    for (const FinishRecord& f : step.finishes) {
+      RequestSummary sum;
+      sum.id = f.request;
+      sum.finish_step = step.step;
+      sum.generated = f.generated;
+      sum.reason = f.reason;
+      pending_finished_.push_back(std::move(sum));
+    }
+    if (chunk_.size() >= opt_.chunk_target_bytes || chunk_.steps() >= opt_.max_steps_per_chunk ||
+        chunk_.plan_cost() >= detail::kWriterPlanCost ||
+        chunk_.arrival_cost() >= detail::kWriterArrivalCost)
+      RETURN_IF_ERROR(flush_chunk());
+    return Status::Ok();
+  }
+
+  Result<int64_t> append_blob(const BlobSpec& b) {
+    RETURN_IF_ERROR(usable("append_blob"));
+    const std::string where = path_ + ": append_blob: blob " + std::to_string(next_blob_id_) + ": ";
+    if (!header_written_)
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + "expected append_run_header first, found a blob");
+    const int es = dtype_size(b.dtype);
+    if (es == 0)
+      return make_error(ErrorCode::kInvalidArgument, where +
+                                                         "dtype: expected a known dtype, found " +
+                                                         std::to_string(static_cast<int>(b.dtype)));
+    if (b.data == nullptr && b.bytes > 0)
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + "data: expected a pointer, found null");
+    uint64_t elems = 1;
+    for (int64_t d : b.shape) {
+      if (d < 0 || (d > 0 && elems > (uint64_t{1} << 40) / static_cast<uint64_t>(d)))
+        return make_error(
+            ErrorCode::kInvalidArgument,
+            where + "shape: expected non-negative dimensions of a tensor under 16 MiB, found " +
+                std::to_string(d));
+      elems *= static_cast<uint64_t>(d);
+    }
+    if (elems * static_cast<uint64_t>(es) != b.bytes)
+      return make_error(ErrorCode::kInvalidArgument,
+                        where + "expected bytes = product(shape) x " + std::to_string(es) + " = " +
+                            std::to_string(elems * es) + ", found " + std::to_string(b.bytes));
+    detail::BlobMetaFields m;
+    m.id = next_blob_id_;
+    m.dtype = b.dtype;
+    m.elem_size = static_cast<uint8_t>(es);
+    m.shape = b.shape;
+    m.nbytes = b.bytes;
+    m.name = b.name;
+    m.step = b.step;
+    m.site = b.site;
+    m.request = b.request;
+    m.xor_coded = b.xor_reference != nullptr;
+    m.reference_trace = b.reference_trace;
+    m.reference_blob = b.reference_blob;
+    Job job;
+    job.kind = FrameKind::kTensorBlob;
+    job.elem_size = static_cast<uint8_t>(es);
+    detail::build_blob_meta(m, &job.meta);  // sized before the data is copied
+    if (b.bytes + job.meta.size() + 16 > kMaxFrameRawBytes - 64)
+      return make_error(ErrorCode::kResourceLimit,
+                        where + "expected at most " +
+                            std::to_string(kMaxFrameRawBytes - 64 - job.meta.size() - 16) +
+                            " bytes (one 16 MiB frame), found " + std::to_string(b.bytes));
+    job.raw.resize(b.bytes);
+    if (b.bytes > 0) std::memcpy(job.raw.data(), b.data, b.bytes);
+    if (m.xor_coded) {
+      const uint8_t* ref = static_cast<const uint8_t*>(b.xor_reference);
+      m.reference_hash = detail::xxh3(ref, b.bytes);
+      uint8_t* p = job.raw.data();
+      size_t i = 0;
+      for (; i + 8 <= b.bytes; i += 8) {
+        uint64_t x, y;
+        std::memcpy(&x, p + i, 8);
+        std::memcpy(&y, ref + i, 8);
+        x ^= y;
+        std::memcpy(p + i, &x, 8);
+      }
+      for (; i < b.bytes; ++i) p[i] ^= ref[i];
+      detail::build_blob_meta(m, &job.meta);  // now with the reference hash
+    }
+    job.first = job.last = m.id;
+    job.cost = job.raw.size() + job.meta.size();
+    blob_raw_ += b.bytes;
+    RETURN_IF_ERROR(submit(std::move(job)));
+    return next_blob_id_++;
+  }
+
+  Status append_kernels(const std::vector<KernelRecord>& records) {
+    RETURN_IF_ERROR(usable("append_kernels"));
+    if (!header_written_)
+      return make_error(
+          ErrorCode::kInvalidArgument,
+          path_ + ": append_kernels: expected append_run_header first, found kernel records");
+    Job job;
+    job.kind = FrameKind::kKernelRecords;
+    detail::build_kernel_chunk(records, &job.raw);
+    if (job.raw.size() > kMaxFrameRawBytes - kFrameSlack)
+      return make_error(
+          ErrorCode::kResourceLimit,
+          path_ + ": append_kernels: expected at most 16 MiB of records per call, found " +
+              std::to_string(job.raw.size()) + " bytes");
+    kernel_raw_ += job.raw.size();
+    job.cost = job.raw.size();
+    return submit(std::move(job));
+  }
+
+  Status flush() {
+    RETURN_IF_ERROR(usable("flush"));
+    RETURN_IF_ERROR(flush_chunk());
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return (queue_.empty() && !busy_) || !error_.ok(); });
+    return error_;
+  }
+
+  void mark_lossy(std::string reason) {
+    if (lossy_) return;
+    lossy_ = true;
+    lossy_reason_ = reason.empty() ? "records were dropped" : std::move(reason);
+  }
+
+  Status close() {
+    if (closed_) return close_status_;
+    closed_ = true;
+    Status st = Status::Ok();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      st = error_;
+    }
+    if (st.ok()) st = flush_chunk();
+    stop_worker();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!error_.ok()) st = error_;
+    }
+    Status footer = write_footer(st);
+    if (st.ok()) st = footer;
+    if (st.ok() && opt_.sync_on_close && ::fsync(fd_) != 0)
+      st = make_error(ErrorCode::kIo, path_ + ": fsync: " + errno_text(errno));
+    if (::close(fd_) != 0 && st.ok())
+      st = make_error(ErrorCode::kIo, path_ + ": close: " + errno_text(errno));
+    fd_ = -1;
+    close_status_ = st;
+    return st;
+  }
+
+  Status status() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return error_;
+  }
+
+  WriterStats stats() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    WriterStats s = stats_;
+    s.steps = checker_.steps();
+    s.tokens = checker_.tokens();
+    s.blobs = next_blob_id_;
+    s.bytes_in_flight = in_flight_;
+    s.file_bytes = file_end_;
+    return s;
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  Status usable(const char* op) {
+    if (closed_)
+      return make_error(ErrorCode::kInvalidArgument,
+                        path_ + ": " + op + ": expected an open writer, found it closed");
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!error_.ok())
+      return error_.with_context(path_ + ": " + op +
+                                 ": the writer stopped after an earlier error: ");
+    return Status::Ok();
+  }
+
+  Status flush_chunk() {
+    if (chunk_.steps() == 0) return Status::Ok();
+    Job job;
+    job.kind = FrameKind::kStepChunk;
+    job.first = chunk_.first_step();
+    job.last = chunk_.last_step();
+    chunk_.finish(&job.raw);
+    chunk_raw_ += job.raw.size();
+    job.steps = pending_steps_;
+    job.tokens = pending_tokens_;
+    job.arrived.swap(pending_arrived_);
+    job.finished.swap(pending_finished_);
+    pending_steps_ = pending_tokens_ = 0;
+    pending_arrived_.clear();
+    pending_finished_.clear();
+    job.cost = job.raw.size();
+    return submit(std::move(job));
+  }
+
+  Status submit(Job&& job) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!error_.ok()) return error_;
+    if (in_flight_ > 0 && in_flight_ + job.cost > opt_.max_bytes_in_flight) {
+      ++stats_.backpressure_waits;
+      cv_.wait(lk, [&] {
+        return !error_.ok() || in_flight_ == 0 || in_flight_ + job.cost <= opt_.max_bytes_in_flight;
+      });
+      if (!error_.ok()) return error_;
+    }
+    in_flight_ += job.cost;
+    if (in_flight_ > stats_.max_bytes_in_flight_seen) stats_.max_bytes_in_flight_seen = in_flight_;
+    queue_.push_back(std::move(job));
+    cv_.notify_all();
+    return Status::Ok();
+  }
+
+  void stop_worker() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+  void worker_loop() {
+    detail::ZstdCompressor zstd;
+    std::vector<uint8_t> frame, scratch;
+    for (;;) {
+      Job job;
+      bool failed;
+      uint32_t index;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return !queue_.empty() || stop_; });
+        if (queue_.empty()) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+        failed = !error_.ok();
+        index = static_cast<uint32_t>(frames_.size());
+      }
+      Status st = Status::Ok();
+      FrameInfo info;
+      if (!failed) {
+        try {
+          st = encode(job, index, zstd, &frame, &scratch, &info);
+          if (st.ok()) st = write_frame(frame, info);
+        } catch (const std::bad_alloc&) {
+          st = make_error(ErrorCode::kResourceLimit,
+                          path_ + ": out of memory encoding frame " + std::to_string(index));
+        } catch (const std::exception& e) {
+          st = make_error(ErrorCode::kInternal, path_ + ": " + e.what());
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        in_flight_ -= job.cost;
+        busy_ = false;
+        if (!failed) {
+          if (st.ok()) {
+            frames_.push_back(info);
+            ++stats_.frames;
+            stats_.raw_bytes += info.raw_size;
+            if (job.kind == FrameKind::kStepChunk) {
+              durable_steps_ += job.steps;
+              durable_tokens_ += job.tokens;
+              if (durable_first_ < 0) durable_first_ = job.first;
+              durable_last_ = job.last;
+              for (RequestSummary& r : job.arrived) {
+                durable_index_[r.id] = durable_requests_.size();
+                durable_requests_.push_back(std::move(r));
+              }
+              for (const RequestSummary& f : job.finished) {
+                auto it = durable_index_.find(f.id);
+                if (it == durable_index_.end()) continue;
+                RequestSummary& r = durable_requests_[it->second];
+                r.finish_step = f.finish_step;
+                r.generated = f.generated;
+                r.reason = f.reason;
+              }
+            }
+          } else if (error_.ok()) {
+            error_ = st;
+          }
+        }
+      }
+      cv_.notify_all();
+    }
+  }
+
+  // Encodes `job` as frame `index` into *frame (header + stored payload).
+  Status encode(const Job& job, uint32_t index, detail::ZstdCompressor& zstd,
+                std::vector<uint8_t>* frame, std::vector<uint8_t>* scratch, FrameInfo* info) {
+    frame->assign(kFrameHeaderBytes, 0);
+    size_t prefix = 0;
+    if (job.kind == FrameKind::kTensorBlob) {
+      const size_t padded = (job.meta.size() + 7) & ~size_t{7};
+      frame->resize(kFrameHeaderBytes + 8 + padded, 0);
+      detail::store_u32(frame->data() + kFrameHeaderBytes, static_cast<uint32_t>(padded));
+      std::memcpy(frame->data() + kFrameHeaderBytes + 8, job.meta.data(), job.meta.size());
+      prefix = 8 + padded;
+    }
+    Codec codec = Codec::kNone;
+    const size_t body_at = frame->size();
+    if (opt_.zstd_level > 0 && !job.raw.empty()) {
+      const uint8_t* src = job.raw.data();
+      codec = Codec::kZstd;
+      if (job.kind == FrameKind::kTensorBlob && opt_.shuffle_blobs && job.elem_size > 1) {
+        scratch->resize(job.raw.size());
+        detail::shuffle_bytes(job.raw.data(), scratch->data(), job.raw.size(), job.elem_size);
+        src = scratch->data();
+        codec = Codec::kShuffleZstd;
+      }
+      std::string err;
+      if (!zstd.compress(src, job.raw.size(), opt_.zstd_level, frame, &err))
+        return internal_error(path_, err.c_str());
+      if (frame->size() - body_at >= job.raw.size()) {  // incompressible: store as is
+        frame->resize(body_at);
+        codec = Codec::kNone;
+      }
+    }
+    if (codec == Codec::kNone) frame->insert(frame->end(), job.raw.begin(), job.raw.end());
+    detail::FrameHeader h;
+    h.kind = job.kind;
+    h.codec = codec;
+    const size_t raw = prefix + job.raw.size();
+    const size_t stored = frame->size() - kFrameHeaderBytes;
+    if (raw > kMaxFrameRawBytes || stored > kMaxFrameStoredBytes)
+      return internal_error(path_, "frame over the 16 MiB limit");
+    h.raw_size = static_cast<uint32_t>(raw);
+    h.stored_size = static_cast<uint32_t>(stored);
+    h.checksum = detail::xxh3(frame->data() + kFrameHeaderBytes, stored);
+    h.index = index;
+    detail::encode_frame_header(h, frame->data());
+    info->kind = job.kind;
+    info->codec = codec;
+    info->raw_size = h.raw_size;
+    info->stored_size = h.stored_size;
+    info->first = job.first;
+    info->last = job.last;
+    return Status::Ok();
+  }
+
+  // Appends a whole frame at the end of the file. On failure, cuts the file back to its
+  // last whole frame so that it stays readable.
+  Status write_frame(const std::vector<uint8_t>& frame, FrameInfo& info) {
+    uint64_t at;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      at = file_end_;
+    }
+    const std::string what = std::string("writing frame ") + std::to_string(frames_count()) + " (" +
+                             frame_kind_name(info.kind) + ", " + std::to_string(frame.size()) +
+                             " bytes)";
+    Status st = write_at(frame.data(), frame.size(), at, what.c_str());
+    if (!st.ok()) {
+      if (::ftruncate(fd_, static_cast<off_t>(at)) != 0) { /* the reader drops a torn frame */
+      }
+      return st;
+    }
+    info.offset = at;
+    std::lock_guard<std::mutex> lk(mu_);
+    file_end_ = at + frame.size();
+    return Status::Ok();
+  }
+
+  size_t frames_count() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return frames_.size();
+  }
+
+  Status write_at(const uint8_t* p, size_t n, uint64_t at, const char* what) {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t w = ::pwrite(fd_, p + done, n - done, static_cast<off_t>(at + done));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return make_error(ErrorCode::kIo, path_ + ": " + what + " at offset " +
+                                              std::to_string(at + done) + ": " + errno_text(errno));
+      }
+      if (w == 0)
+        return make_error(ErrorCode::kIo, path_ + ": " + what + " at offset " +
+                                              std::to_string(at + done) +
+                                              ": the device accepted no bytes");
+      done += static_cast<size_t>(w);
+    }
+    return Status::Ok();
+  }
+
+  Status write_footer(const Status& earlier) {
+    detail::FooterFields f;
+    f.complete = true;
+    f.lossy = lossy_ || !earlier.ok();
+    f.lossy_reason = !earlier.ok() && !lossy_ ? earlier.to_string() : lossy_reason_;
+    f.frames = frames_;
+    // Counts describe what is on disk (after an I/O error, frames that never made it are
+    // not counted, so the footer still agrees with the file).
+    f.steps = durable_steps_;
+    f.tokens = durable_tokens_;
+    f.first_step = durable_first_;
+    f.last_step = durable_last_;
+    f.requests = durable_requests_;
+    f.stored_bytes = file_end_;
+    f.blobs = 0;
+    for (const FrameInfo& fi : frames_) {
+      f.raw_bytes += fi.raw_size;
+      if (fi.kind == FrameKind::kTensorBlob) ++f.blobs;
+    }
+    uint64_t kinds_total = counters_.arrivals + counters_.segments + counters_.plans +
+                           counters_.fingerprints + counters_.routing + counters_.logits +
+                           counters_.tokens + counters_.finishes + counters_.step_overhead;
+    f.kind_bytes = {
+        {"run_header", header_raw_},
+        {"arrivals", counters_.arrivals},
+        {"segments", counters_.segments},
+        {"plans", counters_.plans},
+        {"fingerprints", counters_.fingerprints},
+        {"routing", counters_.routing},
+        {"logits", counters_.logits},
+        {"tokens", counters_.tokens},
+        {"finishes", counters_.finishes},
+        {"step_overhead",
+         counters_.step_overhead + (chunk_raw_ > kinds_total ? chunk_raw_ - kinds_total : 0)},
+        {"blobs", blob_raw_},
+        {"kernels", kernel_raw_},
+    };
+    Job job;
+    job.kind = FrameKind::kFooter;
+    detail::build_footer(f, &job.raw);
+    if (job.raw.size() > kMaxFrameRawBytes)
+      return make_error(ErrorCode::kResourceLimit,
+                        path_ + ": footer: expected at most 16 MiB, found " +
+                            std::to_string(job.raw.size()) +
+                            " bytes; the trace has no footer and reads by scanning");
+    detail::ZstdCompressor zstd;
+    std::vector<uint8_t> frame, scratch;
+    FrameInfo info;
+    RETURN_IF_ERROR(
+        encode(job, static_cast<uint32_t>(frames_.size()), zstd, &frame, &scratch, &info));
+    const uint64_t at = file_end_;
+    uint8_t trailer[kTrailerBytes];
+    detail::encode_trailer(at, trailer);
+    frame.insert(frame.end(), trailer, trailer + kTrailerBytes);
+    Status st = write_at(frame.data(), frame.size(), at, "writing the footer");
+    if (!st.ok()) {
+      if (::ftruncate(fd_, static_cast<off_t>(at)) != 0) { /* reader drops the torn footer */
+      }
+      return st;
+    }
+    file_end_ = at + frame.size();
+    return Status::Ok();
+  }
+
+  const std::string path_;
+  const WriterOptions opt_;
+  int fd_ = -1;
+
+  // Caller thread only.
+  bool header_written_ = false;
+  bool closed_ = false;
+  Status close_status_;
+  ChunkBuilder chunk_;
+  KindCounters counters_;
+  detail::SemanticChecker checker_;
+  int64_t next_blob_id_ = 0;
+  bool lossy_ = false;
+  std::string lossy_reason_;
+  uint64_t header_raw_ = 0, blob_raw_ = 0, kernel_raw_ = 0, chunk_raw_ = 0;
+  int64_t pending_steps_ = 0, pending_tokens_ = 0;
+  std::vector<RequestSummary> pending_arrived_, pending_finished_;
+
+  // Shared with the worker, under mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stop_ = false;
+  bool busy_ = false;
+  uint64_t in_flight_ = 0;
+  Status error_;
+  std::vector<FrameInfo> frames_;
+  uint64_t file_end_ = 0;
+  WriterStats stats_;
+  int64_t durable_steps_ = 0, durable_tokens_ = 0, durable_first_ = -1, durable_last_ = -1;
+  std::vector<RequestSummary> durable_requests_;
+  std::unordered_map<uint64_t, size_t> durable_index_;
+  std::thread worker_;
+};
+
+namespace {
+
+template <typename F>
+auto guarded(const std::string& path, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::kResourceLimit, path + ": out of memory");
+  } catch (const std::exception& e) {
+    return make_error(ErrorCode::kInternal, path + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path,
+                                                       WriterOptions options) {
+  return guarded(path, [&]() -> Result<std::unique_ptr<TraceWriter>> {
+    if (options.zstd_level < 0 || options.zstd_level > 22)
+      return make_error(ErrorCode::kInvalidArgument, path + ": zstd_level: expected 0..22, found " +
+                                                         std::to_string(options.zstd_level));
+    if (options.max_steps_per_chunk < 1) options.max_steps_per_chunk = 1;
+    if (options.chunk_target_bytes > kMaxFrameRawBytes / 2)
+      options.chunk_target_bytes = kMaxFrameRawBytes / 2;
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      return make_error(ErrorCode::kIsDirectory,
+                        path + ": expected a file to write, found a directory");
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      const int e = errno;
+      if (e == ENOENT)
+        return make_error(ErrorCode::kNotFound,
+                          path + ": cannot create the trace: its directory does not exist");
+      if (e == EISDIR)
+        return make_error(ErrorCode::kIsDirectory,
+                          path + ": expected a file to write, found a directory");
+      return make_error(ErrorCode::kIo, path + ": cannot create the trace: " + errno_text(e));
+    }
+    auto impl = std::make_unique<Impl>(path, options, fd);
+    RETURN_IF_ERROR(impl->start());
+    return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(impl)));
+  });
+}
+
+TraceWriter::TraceWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TraceWriter::~TraceWriter() {
+  if (impl_) (void)guarded(impl_->path(), [&] { return impl_->close(); });
+}
+
+Status TraceWriter::append_run_header(const RunHeader& header) {
+  return guarded(impl_->path(), [&] { return impl_->append_run_header(header); });
+}
+Status TraceWriter::append_step(const StepRecord& step) {
+  return guarded(impl_->path(), [&] { return impl_->append_step(step); });
+}
+Result<int64_t> TraceWriter::append_blob(const BlobSpec& blob) {
+  return guarded(impl_->path(), [&] { return impl_->append_blob(blob); });
+}
+Status TraceWriter::append_kernels(const std::vector<KernelRecord>& records) {
+  return guarded(impl_->path(), [&] { return impl_->append_kernels(records); });
+}
+Status TraceWriter::flush() {
+  return guarded(impl_->path(), [&] { return impl_->flush(); });
+}
+void TraceWriter::mark_lossy(std::string reason) {
+  try {
+    impl_->mark_lossy(std::move(reason));
+  } catch (...) {
+  }
+}
+Status TraceWriter::close() {
+  return guarded(impl_->path(), [&] { return impl_->close(); });
+}
+Status TraceWriter::status() const {
+  return impl_->status();
+}
+WriterStats TraceWriter::stats() const {
+  return impl_->stats();
+}
+const std::string& TraceWriter::path() const {
+  return impl_->path();
+}
+
+}  // namespace llmrr::trace
