@@ -72,8 +72,8 @@ float PackedWeight::at(int64_t n, int64_t k) const {
 namespace {
 
 template <int R, typename W>
-void tile_scalar(const float* x, int64_t ldx, const void* panel, int64_t k0, int64_t k1,
-                 float* t) {
+void tile_scalar(const float* x, int64_t ldx, const void* panel, int64_t /*pstride*/, int64_t k0,
+                 int64_t k1, float* t) {
   float acc[R][kPanel];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < kPanel; ++j) acc[r][j] = 0.0f;
@@ -188,8 +188,8 @@ inline void tile_avx2_bf16(const float* x, int64_t ldx, const uint16_t* w, int64
 // Up to 3 rows: all 32 columns at once (12 accumulators). 4..6 rows: two passes of 16
 // columns each; every output still sees its own k sequence unchanged.
 template <int R>
-void tile_avx2_f32_entry(const float* x, int64_t ldx, const void* panel, int64_t k0, int64_t k1,
-                         float* t) {
+void tile_avx2_f32_entry(const float* x, int64_t ldx, const void* panel, int64_t /*pstride*/,
+                         int64_t k0, int64_t k1, float* t) {
   const float* w = static_cast<const float*>(panel);
   if constexpr (R <= 3) {
     tile_avx2_f32<R, 4>(x, ldx, w, k0, k1, t, 0);
@@ -200,8 +200,8 @@ void tile_avx2_f32_entry(const float* x, int64_t ldx, const void* panel, int64_t
 }
 
 template <int R>
-void tile_avx2_bf16_entry(const float* x, int64_t ldx, const void* panel, int64_t k0,
-                          int64_t k1, float* t) {
+void tile_avx2_bf16_entry(const float* x, int64_t ldx, const void* panel, int64_t /*pstride*/,
+                          int64_t k0, int64_t k1, float* t) {
   const uint16_t* w = static_cast<const uint16_t*>(panel);
   if constexpr (R <= 3) {
     tile_avx2_bf16<R, 4>(x, ldx, w, k0, k1, t, 0);
@@ -211,10 +211,49 @@ void tile_avx2_bf16_entry(const float* x, int64_t ldx, const void* panel, int64_
   }
 }
 
+// One row × two panels (64 columns, 8 accumulators): enough independent fma chains to
+// cover the fma latency when there is a single row.
+template <bool kBf16>
+void tile_avx2_wide(const float* x, int64_t ldx, const void* panel, int64_t pstride, int64_t k0,
+                    int64_t k1, float* t) {
+  __m256 acc[8];
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) acc[v] = _mm256_setzero_ps();
+  const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t k = k0; k < k1; ++k) {
+    const __m256 b = _mm256_broadcast_ss(x + k);
+#pragma GCC unroll 2
+    for (int q = 0; q < 2; ++q) {
+      __m256 w[4];
+      if constexpr (kBf16) {
+        const uint16_t* wk = static_cast<const uint16_t*>(panel) + q * pstride + k * kPanel;
+        const __m256i l0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wk));
+        const __m256i l1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wk + 16));
+        w[0] = _mm256_castsi256_ps(_mm256_slli_epi32(l0, 16));
+        w[1] = _mm256_castsi256_ps(_mm256_slli_epi32(l1, 16));
+        w[2] = _mm256_castsi256_ps(_mm256_and_si256(l0, hi_mask));
+        w[3] = _mm256_castsi256_ps(_mm256_and_si256(l1, hi_mask));
+      } else {
+        const float* wk = static_cast<const float*>(panel) + q * pstride + k * kPanel;
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) w[v] = _mm256_load_ps(wk + 8 * v);
+      }
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) acc[q * 4 + v] = _mm256_fmadd_ps(b, w[v], acc[q * 4 + v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) _mm256_storeu_ps(t + 8 * v, acc[v]);
+}
+
 template <int... Rs>
 GemmKernels make_avx2(std::integer_sequence<int, Rs...>) {
   GemmKernels g;
   g.max_rows = sizeof...(Rs);
+  g.wide_panels = 2;
+  g.wide_max_rows = 1;
+  g.f32_wide[1] = &tile_avx2_wide<false>;
+  g.bf16_wide[1] = &tile_avx2_wide<true>;
   ((g.f32[Rs + 1] = &tile_avx2_f32_entry<Rs + 1>), ...);
   ((g.bf16[Rs + 1] = &tile_avx2_bf16_entry<Rs + 1>), ...);
   return g;
@@ -251,34 +290,39 @@ struct GemmJob {
   float* y;
   int64_t ldy;
   const Plan* plan;
+  int64_t splits;       // ≥ 1
+  bool arrival;         // combine in plan.arrival order
   int64_t chunk;        // split length c
   int64_t rows_per_tile;
   const GemmKernels* kern;
 };
 
-// One block: rows [r0, r0 + rows) × panel p.
-void run_block(const GemmJob& j, int64_t r0, int rows, int64_t p) {
+// One block: rows [r0, r0 + rows) × panels [p, p + np), np = 1 or the wide kernel's count.
+void run_block(const GemmJob& j, int64_t r0, int rows, int64_t p, int np) {
   alignas(64) float t[kMaxTileRows * kPanel];
   alignas(64) float part[kMaxTileRows * kPanel];
   alignas(64) float acc[kMaxTileRows * kPanel];
-  const int cnt = rows * kPanel;
+  const int ldt = np * kPanel;
+  const int cnt = rows * ldt;
   const float* x = j.x + r0 * j.ldx;
   const void* panel = j.bf16 ? static_cast<const void*>(j.s->bf16_panel(p, j.k))
                              : static_cast<const void*>(j.s->f32_panel(p, j.k));
-  TileFn fn = j.bf16 ? j.kern->bf16[rows] : j.kern->f32[rows];
+  const int64_t pstride = j.k * kPanel;
+  TileFn fn = np == 1 ? (j.bf16 ? j.kern->bf16[rows] : j.kern->f32[rows])
+                      : (j.bf16 ? j.kern->bf16_wide[rows] : j.kern->f32_wide[rows]);
   const Plan& plan = *j.plan;
-  const int64_t splits = plan.splits;
+  const int64_t splits = j.splits;
   const int64_t kt = plan.k_tile;
   for (int64_t si = 0; si < splits; ++si) {
-    const int64_t s = plan.order == CombineOrder::kArrival ? plan.arrival[si] : si;
+    const int64_t s = j.arrival ? plan.arrival[si] : si;
     const int64_t a = std::min(s * j.chunk, j.k), b = std::min(a + j.chunk, j.k);
     float* pp = (si == 0) ? acc : part;
     if (kt == 0) {
-      fn(x, j.ldx, panel, a, b, pp);
+      fn(x, j.ldx, panel, pstride, a, b, pp);
     } else {
       for (int e = 0; e < cnt; ++e) pp[e] = 0.0f;
       for (int64_t t0 = a; t0 < b; t0 += kt) {
-        fn(x, j.ldx, panel, t0, std::min(t0 + kt, b), t);
+        fn(x, j.ldx, panel, pstride, t0, std::min(t0 + kt, b), t);
         for (int e = 0; e < cnt; ++e) pp[e] = pp[e] + t[e];
       }
     }
@@ -286,9 +330,12 @@ void run_block(const GemmJob& j, int64_t r0, int rows, int64_t p) {
       for (int e = 0; e < cnt; ++e) acc[e] = acc[e] + part[e];
     }
   }
-  const int64_t cols = std::min<int64_t>(kPanel, j.n - p * kPanel);
-  for (int r = 0; r < rows; ++r) {
-    std::memcpy(j.y + (r0 + r) * j.ldy + p * kPanel, acc + r * kPanel, cols * sizeof(float));
+  for (int q = 0; q < np; ++q) {
+    const int64_t cols = std::min<int64_t>(kPanel, j.n - (p + q) * kPanel);
+    for (int r = 0; r < rows; ++r) {
+      std::memcpy(j.y + (r0 + r) * j.ldy + (p + q) * kPanel, acc + r * ldt + q * kPanel,
+                  cols * sizeof(float));
+    }
   }
 }
 
@@ -309,15 +356,25 @@ void gemm(const float* x, int64_t ldx, int64_t m, const PackedWeight& w, float* 
   j.y = y;
   j.ldy = ldy;
   j.plan = &plan;
+  // Plans are expected to pass plan_check; a malformed one must still not read out of
+  // bounds: splits 0 runs as 1, an arrival list of the wrong size as fixed order.
   const int64_t splits = std::max<int64_t>(plan.splits, 1);
+  j.splits = splits;
+  j.arrival = plan.order == CombineOrder::kArrival && plan.arrival.size() == static_cast<size_t>(splits);
+  if (j.arrival) {
+    for (uint16_t a : plan.arrival) j.arrival = j.arrival && a < splits;
+  }
   j.chunk = ((k + splits - 1) / splits + 15) / 16 * 16;
   j.kern = &kernels_for(active_isa());
   j.rows_per_tile = j.kern->max_rows;
   const int64_t panels = j.s->panels;
   const int64_t tiles = (m + j.rows_per_tile - 1) / j.rows_per_tile;
+  // Few rows: the wide kernel, several panels per call (same per-output sequence).
+  const int wide = (m <= j.kern->wide_max_rows) ? j.kern->wide_panels : 0;
   // Tasks: groups of panels × groups of row tiles. Any grouping gives the same bits.
   const int64_t threads = pool.size();
   int64_t panel_group = std::max<int64_t>(1, panels / (threads * 4));
+  if (wide > 1) panel_group = (panel_group + wide - 1) / wide * wide;
   const int64_t ngroups = (panels + panel_group - 1) / panel_group;
   int64_t tile_group = tiles;
   if (ngroups < threads * 4) {
@@ -328,12 +385,14 @@ void gemm(const float* x, int64_t ldx, int64_t m, const PackedWeight& w, float* 
     const int64_t pg = task / ntg, tg = task % ntg;
     const int64_t p0 = pg * panel_group, p1 = std::min(panels, p0 + panel_group);
     const int64_t t0 = tg * tile_group, t1 = std::min(tiles, t0 + tile_group);
-    for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t p = p0; p < p1;) {
+      const int np = (wide > 1 && p + wide <= p1) ? wide : 1;
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t r0 = t * j.rows_per_tile;
         const int rows = static_cast<int>(std::min<int64_t>(j.rows_per_tile, m - r0));
-        run_block(j, r0, rows, p);
+        run_block(j, r0, rows, p, np);
       }
+      p += np;
     }
   });
 }

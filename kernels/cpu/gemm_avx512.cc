@@ -13,48 +13,57 @@
 namespace llmrr::kernels {
 namespace {
 
-template <int R, bool kBf16>
-void tile_avx512(const float* x, int64_t ldx, const void* panel, int64_t k0, int64_t k1,
-                 float* t) {
-  __m512 acc[R][2];
+// R rows × NP panels (32·NP columns). NP > 1 only for few rows (the wide GEMV kernel).
+template <int R, int NP, bool kBf16>
+void tile_avx512(const float* x, int64_t ldx, const void* panel, int64_t pstride, int64_t k0,
+                 int64_t k1, float* t) {
+  __m512 acc[R][2 * NP];
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = _mm512_setzero_ps();
-    acc[r][1] = _mm512_setzero_ps();
-  }
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < 2 * NP; ++v) acc[r][v] = _mm512_setzero_ps();
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (int64_t k = k0; k < k1; ++k) {
-    __m512 w0, w1;
-    if constexpr (kBf16) {
-      // Word i holds column i (low half) and column 16 + i (high half).
-      const __m512i l = _mm512_load_si512(static_cast<const uint16_t*>(panel) + k * kPanel);
-      w0 = _mm512_castsi512_ps(_mm512_slli_epi32(l, 16));
-      w1 = _mm512_castsi512_ps(_mm512_and_si512(l, hi_mask));
-    } else {
-      const float* wk = static_cast<const float*>(panel) + k * kPanel;
-      w0 = _mm512_load_ps(wk);
-      w1 = _mm512_load_ps(wk + 16);
+    __m512 w[2 * NP];
+#pragma GCC unroll 4
+    for (int q = 0; q < NP; ++q) {
+      if constexpr (kBf16) {
+        // Word i holds column i (low half) and column 16 + i (high half).
+        const __m512i l =
+            _mm512_load_si512(static_cast<const uint16_t*>(panel) + q * pstride + k * kPanel);
+        w[2 * q] = _mm512_castsi512_ps(_mm512_slli_epi32(l, 16));
+        w[2 * q + 1] = _mm512_castsi512_ps(_mm512_and_si512(l, hi_mask));
+      } else {
+        const float* wk = static_cast<const float*>(panel) + q * pstride + k * kPanel;
+        w[2 * q] = _mm512_load_ps(wk);
+        w[2 * q + 1] = _mm512_load_ps(wk + 16);
+      }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 b = _mm512_set1_ps(x[r * ldx + k]);
-      acc[r][0] = _mm512_fmadd_ps(b, w0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(b, w1, acc[r][1]);
+#pragma GCC unroll 8
+      for (int v = 0; v < 2 * NP; ++v) acc[r][v] = _mm512_fmadd_ps(b, w[v], acc[r][v]);
     }
   }
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(t + r * kPanel, acc[r][0]);
-    _mm512_storeu_ps(t + r * kPanel + 16, acc[r][1]);
-  }
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < 2 * NP; ++v) _mm512_storeu_ps(t + r * NP * kPanel + 16 * v, acc[r][v]);
 }
 
 template <int... Rs>
 GemmKernels make(std::integer_sequence<int, Rs...>) {
   GemmKernels g;
   g.max_rows = sizeof...(Rs);
-  ((g.f32[Rs + 1] = &tile_avx512<Rs + 1, false>), ...);
-  ((g.bf16[Rs + 1] = &tile_avx512<Rs + 1, true>), ...);
+  ((g.f32[Rs + 1] = &tile_avx512<Rs + 1, 1, false>), ...);
+  ((g.bf16[Rs + 1] = &tile_avx512<Rs + 1, 1, true>), ...);
+  g.wide_panels = 4;
+  g.wide_max_rows = 2;
+  g.f32_wide[1] = &tile_avx512<1, 4, false>;
+  g.f32_wide[2] = &tile_avx512<2, 4, false>;
+  g.bf16_wide[1] = &tile_avx512<1, 4, true>;
+  g.bf16_wide[2] = &tile_avx512<2, 4, true>;
   return g;
 }
 

@@ -40,15 +40,23 @@ struct PackedWeight::Storage {
 
 const PackedWeight::Storage& packed_storage(const PackedWeight& w);
 
-// t[r·32 + j] = Σ_k x[r·ldx + k]·W[k][j] over k in [k0, k1), t starting at +0, one fma per k
-// in increasing k, for r < rows. `panel` points at the panel's k = 0 row.
-using TileFn = void (*)(const float* x, int64_t ldx, const void* panel, int64_t k0, int64_t k1,
-                        float* t);
+// t[r·ldt + 32q + j] = Σ_k x[r·ldx + k]·W_q[k][j] over k in [k0, k1) for r < rows and the
+// `np` panels q < np starting at `panel` (consecutive panels are `pstride` elements apart),
+// ldt = 32·np; t starts at +0 with one fma per k in increasing k. `panel` points at the
+// first panel's k = 0 row.
+using TileFn = void (*)(const float* x, int64_t ldx, const void* panel, int64_t pstride,
+                        int64_t k0, int64_t k1, float* t);
 
 struct GemmKernels {
-  int max_rows = 1;                     // largest row count with a kernel
-  TileFn f32[kMaxTileRows + 1] = {};    // index = rows
+  int max_rows = 1;                     // largest row count with a one-panel kernel
+  TileFn f32[kMaxTileRows + 1] = {};    // one panel, index = rows
   TileFn bf16[kMaxTileRows + 1] = {};
+  // Several panels at once for few rows (GEMV-like shapes): more independent accumulators
+  // per k than one 32-column panel offers. wide_panels = 0 when there is none.
+  int wide_panels = 0;
+  int wide_max_rows = 0;
+  TileFn f32_wide[kMaxTileRows + 1] = {};
+  TileFn bf16_wide[kMaxTileRows + 1] = {};
 };
 
 const GemmKernels& gemm_kernels_scalar();

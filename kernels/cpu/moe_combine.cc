@@ -14,7 +14,13 @@ void moe_combine(const float* expert_rows, int64_t ld_expert, const int32_t* src
                  const float* gates, int64_t rows, int k, int64_t dim, float* out, int64_t ldo,
                  const Plan& plan, ThreadPool& pool) {
   const bool simd = active_isa() != Isa::kScalar;
-  const bool arrival = plan.order == CombineOrder::kArrival;
+  // A malformed arrival list (plan_check rejects it) falls back to rank order rather than
+  // reading out of bounds.
+  bool arrival = plan.order == CombineOrder::kArrival &&
+                 plan.arrival.size() == static_cast<size_t>(rows) * static_cast<size_t>(k);
+  if (arrival) {
+    for (uint16_t a : plan.arrival) arrival = arrival && a < k;
+  }
   auto row = [&](int64_t r) {
     float* o = out + r * ldo;
     std::fill(o, o + dim, 0.0f);

@@ -3,7 +3,9 @@
 //
 // Every entry follows the Plan it is given (plan.h spells out the order) and is a pure
 // function of (inputs, weights, plan): the same bits for any thread count, for the scalar,
-// AVX2 and AVX-512 paths, and for any position of a row inside the batch.
+// AVX2 and AVX-512 paths, and for any position of a row inside the batch. Plans should pass
+// plan_check; a malformed one never reads out of bounds (splits 0 runs as 1, a malformed
+// arrival list as fixed / rank order).
 #pragma once
 
 #include <cstddef>
