@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,11 @@
 #include "llmrr/kernels/ops.h"
 #include "llmrr/kernels/reference.h"
 #include "test_util.h"
+
+namespace llmrr {
+// gtest prints parameters with this (found by argument-dependent lookup).
+inline void PrintTo(const Plan& p, std::ostream* os) { *os << plan_to_string(p); }
+}  // namespace llmrr
 
 namespace llmrr::kernels::testing {
 namespace {
@@ -37,6 +43,8 @@ const Shape kShapes[] = {
     {1, 1, 1},   {1, 32, 16},  {1, 33, 17},  {2, 5, 100},  {3, 64, 64},   {5, 31, 257},
     {6, 32, 48}, {7, 65, 33},  {8, 100, 31}, {13, 47, 128}, {17, 96, 200}, {0, 10, 10},
     {4, 10, 0},  {25, 40, 1},  {12, 64, 96}, {9, 130, 160},
+    // One or two rows over many panels: the wide GEMV kernels, with partial groups.
+    {1, 300, 70}, {2, 257, 129}, {1, 128, 33}, {2, 1000, 40},
 };
 
 std::vector<Plan> all_plans() {
@@ -122,7 +130,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, GemmPlanTest, ::testing::ValuesIn(all_plans()),
 TEST(Gemm, RowResultIndependentOfBatchSizeAndPosition) {
   IsaGuard guard;
   std::mt19937 rng(99);
-  const int64_t n = 77, k = 150;
+  const int64_t n = 230, k = 150;  // 8 panels: wide kernels for 1–2 rows, tiles beyond
   for (WeightType wt : {WeightType::kF32, WeightType::kBF16}) {
     auto wv = random_vec(rng, n * k);
     const PackedWeight w = PackedWeight::pack(wv.data(), n, k, wt);
