@@ -59,3 +59,92 @@ inline void put_f32(std::string& s, float f) {
 }
 
 }  // namespace llmrr
+
+namespace llmrr {
+
+// Crafts GGUF files byte by byte, including lying ones (counts, offsets, sizes).
+struct GgufBuilder {
+  struct Tensor {
+    std::string name;
+    std::vector<uint64_t> ne;
+    uint32_t type = 0;
+    std::string data;
+    uint64_t offset = UINT64_MAX;  // UINT64_MAX: laid out by build()
+  };
+  uint32_t version = 3;
+  uint64_t alignment = 32;
+  uint64_t n_kv = 0;
+  std::string kv;
+  std::vector<Tensor> tensors;
+  uint64_t tensor_count_override = UINT64_MAX;
+  uint64_t kv_count_override = UINT64_MAX;
+
+  static void str(std::string& s, const std::string& v) {
+    put_u64(s, v.size());
+    s += v;
+  }
+  void key(const std::string& k, uint32_t type) {
+    str(kv, k);
+    put_u32(kv, type);
+    ++n_kv;
+  }
+  void kv_str(const std::string& k, const std::string& v) { key(k, 8); str(kv, v); }
+  void kv_u32(const std::string& k, uint32_t v) { key(k, 4); put_u32(kv, v); }
+  void kv_f32(const std::string& k, float v) { key(k, 6); put_f32(kv, v); }
+  void kv_bool(const std::string& k, bool v) { key(k, 7); put_u8(kv, v); }
+  void kv_str_array(const std::string& k, const std::vector<std::string>& v) {
+    key(k, 9);
+    put_u32(kv, 8);
+    put_u64(kv, v.size());
+    for (const auto& x : v) str(kv, x);
+  }
+  void kv_i32_array(const std::string& k, const std::vector<int32_t>& v) {
+    key(k, 9);
+    put_u32(kv, 5);
+    put_u64(kv, v.size());
+    for (int32_t x : v) put_u32(kv, static_cast<uint32_t>(x));
+  }
+  // An F32 tensor with ne (ggml order) filled by f(i).
+  template <typename F>
+  void f32(const std::string& name, std::vector<uint64_t> ne, F f) {
+    Tensor t{name, ne, 0, {}};
+    uint64_t n = 1;
+    for (uint64_t d : ne) n *= d;
+    for (uint64_t i = 0; i < n; ++i) put_f32(t.data, f(i));
+    tensors.push_back(std::move(t));
+  }
+
+  std::string build() const {
+    std::string s;
+    put_u32(s, 0x46554747);
+    put_u32(s, version);
+    put_u64(s, tensor_count_override != UINT64_MAX ? tensor_count_override : tensors.size());
+    put_u64(s, kv_count_override != UINT64_MAX ? kv_count_override : n_kv);
+    s += kv;
+    uint64_t off = 0;
+    std::vector<uint64_t> offs;
+    for (const auto& t : tensors) {
+      offs.push_back(t.offset != UINT64_MAX ? t.offset : off);
+      off += t.data.size();
+      off = (off + alignment - 1) / alignment * alignment;
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& t = tensors[i];
+      str(s, t.name);
+      put_u32(s, static_cast<uint32_t>(t.ne.size()));
+      for (uint64_t d : t.ne) put_u64(s, d);
+      put_u32(s, t.type);
+      put_u64(s, offs[i]);
+    }
+    while (s.size() % alignment) s.push_back('\0');
+    const size_t base = s.size();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].offset != UINT64_MAX) continue;
+      if (s.size() < base + offs[i]) s.resize(base + offs[i], '\0');
+      s += tensors[i].data;
+    }
+    return s;
+  }
+};
+
+}  // namespace llmrr

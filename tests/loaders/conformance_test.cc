@@ -1,0 +1,172 @@
+// Loaders against transformers: the tensors our loaders build from the fixture checkpoints
+// must be bit-identical to the ones transformers builds from the same files (CRC-32 of the
+// fp32 bytes, recorded by tools/conformance/make_fixtures.py in tests/fixtures/manifest.json).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "fixtures/fixtures.h"
+#include "llmrr/runtime/builtin.h"
+#include "llmrr/runtime/gguf.h"
+#include "llmrr/runtime/model.h"
+#include "llmrr/runtime/safetensors.h"
+
+namespace llmrr {
+namespace {
+
+using nlohmann::json;
+
+const json& model_entry(const std::string& name) {
+  const json& m = fixtures::manifest();
+  static const json kNull;
+  if (!m.is_object() || !m.contains("models") || !m["models"].contains(name)) return kNull;
+  return m["models"][name];
+}
+
+// Every tensor in `expected` (name → {shape, crc32}) is in `model` with that shape and bytes,
+// and the model holds nothing else.
+void expect_tensors_match(const LoadedModel& model, const json& expected, const std::string& tag) {
+  ASSERT_TRUE(expected.is_object()) << tag;
+  EXPECT_EQ(model.tensors.size(), expected.size()) << tag;
+  for (auto it = expected.begin(); it != expected.end(); ++it) {
+    auto t = model.tensors.find(it.key());
+    ASSERT_NE(t, model.tensors.end()) << tag << ": missing " << it.key();
+    EXPECT_EQ(t->second.shape, it.value()["shape"].get<std::vector<int64_t>>())
+        << tag << ": " << it.key();
+    EXPECT_EQ(fixtures::crc32_hex(t->second.data), it.value()["crc32"].get<std::string>())
+        << tag << ": " << it.key() << " differs from transformers' tensor";
+  }
+}
+
+TEST(Conformance, ManifestPresent) {
+  const json& m = fixtures::manifest();
+  ASSERT_TRUE(m.is_object()) << "tests/fixtures/manifest.json missing or unreadable";
+  for (const char* name : {"tiny-llama", "tiny-llama-bf16", "tiny-mixtral", "tiny-qwen2moe",
+                           "tiny-llama-f32.gguf", "tiny-llama-q8_0.gguf", "builtin-tiny-dense",
+                           "builtin-tiny-moe"})
+    EXPECT_TRUE(m["models"].contains(name)) << name;
+}
+
+TEST(Conformance, SafetensorsTinyLlama) {
+  auto m = load_model(fixtures::path("tiny-llama"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, Arch::kLlama);
+  EXPECT_EQ(c.vocab, 300);
+  EXPECT_EQ(c.hidden, 64);
+  EXPECT_EQ(c.layers, 2);
+  EXPECT_EQ(c.heads, 4);
+  EXPECT_EQ(c.kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.ffn, 128);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.norm_eps, 1e-5f);
+  EXPECT_FALSE(c.tied_embeddings);
+  EXPECT_EQ(c.weight_type, kernels::WeightType::kF32);
+  EXPECT_FALSE(c.bf16_activations);
+  expect_tensors_match(*m, model_entry("tiny-llama")["tensors"], "tiny-llama");
+}
+
+TEST(Conformance, SafetensorsTinyLlamaBf16) {
+  auto m = load_model(fixtures::path("tiny-llama-bf16"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->config.weight_type, kernels::WeightType::kBF16);
+  EXPECT_TRUE(m->config.bf16_activations);
+  // bf16 values widened exactly: equal to transformers' bf16 tensors cast to fp32.
+  expect_tensors_match(*m, model_entry("tiny-llama-bf16")["tensors"], "tiny-llama-bf16");
+}
+
+TEST(Conformance, SafetensorsTinyMixtral) {
+  auto m = load_model(fixtures::path("tiny-mixtral"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, Arch::kMixtral);
+  EXPECT_EQ(c.experts, 4);
+  EXPECT_EQ(c.top_k, 2);
+  EXPECT_EQ(c.moe_ffn, 32);
+  EXPECT_EQ(c.ffn, 0);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.rope_theta, 1000000.0);
+  expect_tensors_match(*m, model_entry("tiny-mixtral")["tensors"], "tiny-mixtral");
+}
+
+TEST(Conformance, SafetensorsTinyQwen2Moe) {
+  auto m = load_model(fixtures::path("tiny-qwen2moe"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, Arch::kQwen2Moe);
+  EXPECT_EQ(c.layers, 3);
+  EXPECT_EQ(c.experts, 4);
+  EXPECT_EQ(c.top_k, 2);
+  EXPECT_EQ(c.moe_ffn, 32);
+  EXPECT_EQ(c.shared_ffn, 48);
+  EXPECT_TRUE(c.shared_expert_gate);
+  EXPECT_EQ(c.ffn, 96);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(c.norm_eps, 1e-6f);
+  EXPECT_TRUE(c.is_moe_layer(0));
+  EXPECT_FALSE(c.is_moe_layer(1));  // mlp_only_layers = [1]
+  EXPECT_TRUE(c.is_moe_layer(2));
+  EXPECT_EQ(m->tensors.count("lm_head.weight"), 0u);
+  EXPECT_EQ(m->tensors.at("model.layers.0.self_attn.q_proj.bias").shape,
+            (std::vector<int64_t>{64}));
+  EXPECT_EQ(m->tensors.at("model.layers.2.mlp.shared_expert_gate.weight").shape,
+            (std::vector<int64_t>{1, 64}));
+  expect_tensors_match(*m, model_entry("tiny-qwen2moe")["tensors"], "tiny-qwen2moe");
+}
+
+// The GGUF of the tiny Llama (Q/K permuted the way llama.cpp's converter does): after our
+// reverse permutation the tensors equal transformers' — and, for F32, the safetensors ones.
+TEST(Conformance, GgufTinyLlamaF32) {
+  auto g = load_model(fixtures::path("tiny-llama-f32.gguf"));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  expect_tensors_match(*g, model_entry("tiny-llama-f32.gguf")["tensors"], "f32.gguf");
+  auto s = load_model(fixtures::path("tiny-llama"));
+  ASSERT_TRUE(s.ok());
+  for (const auto& [name, t] : s->tensors)
+    EXPECT_EQ(0, std::memcmp(t.data.data(), g->tensors.at(name).data.data(), t.data.size() * 4))
+        << name;
+  EXPECT_EQ(g->config.head_dim, 16);
+  EXPECT_EQ(g->config.ffn, 128);
+  EXPECT_EQ(g->config.max_positions, 256);
+  EXPECT_FALSE(g->config.tied_embeddings);
+  EXPECT_EQ(g->identity, "gguf:tiny-llama-f32");
+  EXPECT_EQ(g->tokenizer, nullptr);  // the tiny GGUF carries no tokenizer
+  EXPECT_FALSE(g->tokenizer_note.empty());
+}
+
+TEST(Conformance, GgufTinyLlamaQ8_0) {
+  auto g = load_model(fixtures::path("tiny-llama-q8_0.gguf"));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  expect_tensors_match(*g, model_entry("tiny-llama-q8_0.gguf")["tensors"], "q8_0.gguf");
+  auto f = load_model(fixtures::path("tiny-llama-f32.gguf"));
+  ASSERT_TRUE(f.ok());
+  EXPECT_NE(g->weight_hash, f->weight_hash);
+}
+
+// The Python regeneration of the builtin models (an independent implementation of the
+// generator) gives the same bits as ours.
+TEST(Conformance, BuiltinMatchesIndependentGenerator) {
+  for (const char* name : {"tiny-dense", "tiny-moe"}) {
+    auto m = load_builtin(name);
+    ASSERT_TRUE(m.ok());
+    expect_tensors_match(*m, model_entry(std::string("builtin-") + name)["tensors"], name);
+  }
+}
+
+TEST(Conformance, ReferenceLogitsReadable) {
+  const json& e = model_entry("tiny-llama")["prompts"]["p29"];
+  std::string err;
+  auto npy = fixtures::read_npy(fixtures::path("reference/" + e["logits"].get<std::string>()), &err);
+  ASSERT_TRUE(npy.has_value()) << err;
+  EXPECT_EQ(npy->shape, (std::vector<int64_t>{29, 300}));
+  EXPECT_EQ(e["ids"].size(), 29u);
+  float lo = npy->f32[0], hi = npy->f32[0];
+  for (float v : npy->f32) lo = std::min(lo, v), hi = std::max(hi, v);
+  EXPECT_FLOAT_EQ(hi - lo, e["logit_range"].get<float>());
+}
+
+}  // namespace
+}  // namespace llmrr
