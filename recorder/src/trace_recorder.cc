@@ -65,7 +65,7 @@ std::string logits_blob_name(int32_t position) { return "logits:" + std::to_stri
 
 trace::RunHeader base_run_header() {
   trace::RunHeader h;
-  h.tool_version = "llmrr " LLMRR_VERSION;
+  h.tool_version = LLMRR_VERSION;
   h.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();

@@ -1,0 +1,436 @@
+// llmrr record: run the engine like `llmrr run` and write everything it did into a trace.
+// The target's text goes to stdout, a progress bar (when stderr is a terminal) and a closing
+// summary to stderr.
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "engine_options.h"
+#include "llmrr/format/trace_reader.h"
+#include "llmrr/recorder/requests_file.h"
+#include "llmrr/recorder/trace_recorder.h"
+#include "llmrr/runtime/engine.h"
+
+namespace {
+
+using namespace llmrr;
+
+constexpr const char* kCmd = "llmrr record";
+
+int fail(const Status& st) {
+  std::string msg = st.to_string();
+  for (char& c : msg) {
+    if (c == '\n') c = ' ';
+  }
+  std::fprintf(stderr, "%s: error: %s\n", kCmd, msg.c_str());
+  return exit_code_for(st);
+}
+
+int usage_error(const std::string& what) {
+  std::fprintf(stderr, "%s: error: %s (see llmrr record --help)\n", kCmd, what.c_str());
+  return 2;
+}
+
+// Streams the target's text to stdout as its tokens are sampled (as `llmrr run` does).
+class TextStream : public Observer {
+ public:
+  TextStream(const Tokenizer* tok, RequestId target, int32_t eos)
+      : tok_(tok), target_(target), eos_(eos) {}
+  void on_token(const TokenEvent& t) override {
+    if (t.request != target_ || t.token == eos_) return;
+    ids_.push_back(t.token);
+    if (!tok_) {
+      std::printf("%s%d", ids_.size() > 1 ? " " : "", t.token);
+    } else {
+      std::string text = tok_->decode(ids_);
+      if (text.size() > printed_) {
+        std::fwrite(text.data() + printed_, 1, text.size() - printed_, stdout);
+        printed_ = text.size();
+      }
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  const Tokenizer* tok_;
+  RequestId target_;
+  int32_t eos_;
+  std::vector<int32_t> ids_;
+  size_t printed_ = 0;
+};
+
+// A one-line progress bar on stderr, redrawn at most ten times a second.
+class Progress : public Observer {
+ public:
+  Progress(int64_t token_budget, const TraceRecorder* rec) : budget_(token_budget), rec_(rec) {}
+  void on_token(const TokenEvent&) override { ++tokens_; }
+  void on_step_end(int64_t step) override {
+    ++steps_;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    draw(step);
+  }
+  void finish() {
+    if (drawn_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  void draw(int64_t step) {
+    const int width = 30;
+    double frac = budget_ > 0 ? static_cast<double>(tokens_) / static_cast<double>(budget_) : 0;
+    if (frac > 1) frac = 1;
+    int fill = static_cast<int>(frac * width);
+    std::string bar(static_cast<size_t>(fill), '#');
+    bar.resize(width, '.');
+    double secs = std::chrono::duration<double>(last_ - start_).count();
+    std::fprintf(stderr, "\r\033[K[%s] step %" PRId64 ", %" PRId64 "/%" PRId64
+                         " tokens, %.0f tok/s, %.1f KiB",
+                 bar.c_str(), step, tokens_, budget_, secs > 0 ? tokens_ / secs : 0.0,
+                 rec_->stats().file_bytes / 1024.0);
+    drawn_ = true;
+  }
+
+  int64_t budget_;
+  const TraceRecorder* rec_;
+  int64_t tokens_ = 0;
+  int64_t steps_ = 0;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_ = start_;
+};
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::kLlama: return "llama";
+    case Arch::kMixtral: return "mixtral";
+    case Arch::kQwen2Moe: return "qwen2_moe";
+  }
+  return "unknown";
+}
+
+std::string weight_hash_text(uint64_t hash) {
+  char b[40];
+  std::snprintf(b, sizeof b, "xxh3-64:%016" PRIx64, hash);
+  return b;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789-_./:=,+@%") == std::string::npos) {
+    return s;
+  }
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+struct RecordOptions {
+  std::string output;
+  std::string requests;
+  std::string capture = "layers";
+  std::string logits = "topk";
+  int32_t logits_top_k = 32;
+  std::string reference;
+  int zstd_level = 1;
+  bool quiet = false;
+};
+
+// The run header: everything needed to rebuild the engine from the trace alone. The header's
+// typed fields carry what the schema names; extra_config_json carries the rest under the
+// keys the replayer reads (dtype, weight_type, bf16_activations, scoring, attn_split,
+// overflow, capacity_factor) plus the exact command-line values ("engine_options").
+trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& ro,
+                             const cli::EngineSetup& s, const Engine& engine, int argc,
+                             char** argv, const std::string& reference_run_id) {
+  trace::RunHeader h = base_run_header();
+  const LoadedModel& m = s.model;
+  const ModelConfig& mc = engine.model_config();  // overrides applied
+  h.model.name = m.identity;
+  h.model.path = m.source;
+  h.model.architecture = arch_name(mc.arch);
+  h.model.weight_hash = weight_hash_text(m.weight_hash);
+  h.model.weight_dtype = mc.weight_type == kernels::WeightType::kBF16 ? "bf16" : "f32";
+  h.model.compute_dtype = mc.bf16_activations ? "bf16" : "f32";
+  h.model.layers = mc.layers;
+  h.model.hidden = mc.hidden;
+  h.model.vocab = mc.vocab;
+  h.model.heads = mc.heads;
+  h.model.kv_heads = mc.kv_heads;
+  h.model.experts = mc.experts;
+  h.model.experts_per_token = mc.top_k;
+
+  const EngineConfig& c = s.config;
+  trace::EngineConfig& e = h.engine;
+  e.policy = s.policy_name;  // "production", "production+atomics", "invariant"
+  e.virtual_sms = s.device.sms;
+  e.blocks_per_sm = s.device.blocks_per_sm;
+  e.threads = c.threads;
+  e.max_batch_tokens = c.scheduler.max_batch_tokens;
+  e.max_seqs = c.scheduler.max_seqs;
+  e.prefill_chunk = c.scheduler.prefill_chunk;
+  e.kv_block_size = c.kv_block;
+  e.capacity_factor = c.capacity.enabled() ? static_cast<float>(c.capacity.factor) : 0.0f;
+  e.overflow = c.capacity.overflow == Overflow::kReroute ? trace::OverflowPolicy::kNextBest
+                                                         : trace::OverflowPolicy::kDrop;
+  e.atomics = o.atomics;
+  e.seed = o.seed;
+  e.load = o.load;
+
+  nlohmann::json x = nlohmann::json::object();
+  const int32_t attn_split =
+      o.attn_split > 0 ? o.attn_split : default_invariant_split_size(m.config.hidden);
+  if (o.policy == "invariant" || o.attn_split > 0) x["attn_split"] = attn_split;
+  if (!o.dtype.empty()) x["dtype"] = o.dtype;
+  if (c.weight_type) {
+    x["weight_type"] = *c.weight_type == kernels::WeightType::kBF16 ? "bf16" : "f32";
+  }
+  if (c.bf16_activations) x["bf16_activations"] = *c.bf16_activations;
+  if (c.scoring) x["scoring"] = *c.scoring == RouterScoring::kSigmoid ? "sigmoid" : "softmax";
+  if (c.capacity.enabled()) {
+    x["overflow"] = c.capacity.overflow == Overflow::kReroute ? "reroute" : "drop";
+  }
+  x["capacity_factor"] = c.capacity.enabled() ? c.capacity.factor : 0.0;
+  x["chat_template"] = s.chat;
+  x["engine_options"] = {
+      {"model", o.model},
+      {"policy", o.policy},
+      {"atomics", o.atomics},
+      {"load", o.load},
+      {"seed", o.seed},
+      {"max_tokens", o.max_tokens},
+      {"temperature", o.temperature},
+      {"top_k", o.top_k},
+      {"top_p", o.top_p},
+      {"capacity_factor", o.capacity_factor},
+      {"overflow", o.overflow},
+      {"threads", c.threads},
+      {"max_batch_tokens", o.max_batch_tokens},
+      {"max_seqs", o.max_seqs},
+      {"prefill_chunk", o.prefill_chunk},
+      {"kv_block", o.kv_block},
+      {"sms", o.sms},
+      {"blocks_per_sm", o.blocks_per_sm},
+      {"attn_split", o.attn_split},
+      {"dtype", o.dtype},
+      {"scoring", o.scoring},
+      {"chat", o.chat},
+      {"raw", o.raw},
+  };
+  nlohmann::json rec = {{"capture", ro.capture},
+                        {"logits", ro.logits},
+                        {"logits_top_k", ro.logits_top_k},
+                        {"zstd_level", ro.zstd_level}};
+  if (!ro.requests.empty()) rec["requests_file"] = ro.requests;
+  if (!ro.reference.empty()) {
+    rec["reference"] = ro.reference;
+    rec["reference_run_id"] = reference_run_id;
+  }
+  x["recorder"] = rec;
+  h.extra_config_json = x.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+
+  std::string cmd = "llmrr";
+  for (int i = 0; i < argc; ++i) cmd += " " + shell_quote(argv[i]);
+  h.command_line = cmd;
+  return h;
+}
+
+}  // namespace
+
+int run_record_command(int argc, char** argv) {
+  CLI::App app{
+      "llmrr record: run the engine (as llmrr run) and record every step into a trace"};
+  app.name("llmrr record");
+  app.footer(
+      "\nExamples:\n"
+      "  llmrr record --model builtin:tiny-moe --prompt 'The quick brown fox' -o solo.trace\n"
+      "  llmrr record --model builtin:tiny-moe --prompt 'The quick brown fox' --load 8 \\\n"
+      "      --capture all -o loaded.trace\n"
+      "  llmrr record --model builtin:tiny-moe --requests reqs.jsonl --logits full \\\n"
+      "      --reference solo.trace -o run.trace\n"
+      "\nRequests file: one JSON object a line with id, prompt or prompt_ids, max_tokens,\n"
+      "temperature, top_k, top_p, seed, arrival_step, label, stop_at_eos (all but the prompt\n"
+      "optional; defaults from the options). The target (stdout) is the request labelled\n"
+      "\"target\", else the first.\n"
+      "\nExit: 0 ok, 2 bad input or usage (or the trace could not be written completely),\n"
+      "3 internal error.");
+  cli::EngineOptions o;
+  RecordOptions ro;
+  cli::add_engine_options(app, o);
+  app.add_option("--requests", ro.requests, "requests file, one JSON object a line (.jsonl)");
+  app.add_option("--capture", ro.capture,
+                 "row fingerprints: none | layers (one per layer output, default) | all");
+  app.add_option("--logits", ro.logits,
+                 "topk (top-K ids and values + fingerprint, default) | full (also every "
+                 "sampled row as a tensor blob)");
+  app.add_option("--logits-top-k", ro.logits_top_k,
+                 "logit entries kept per sampled row (default 32; --top-k is the sampler's)");
+  app.add_option("--reference", ro.reference,
+                 "store full-logit blobs as XOR against this trace's (near-identical runs "
+                 "then cost almost nothing)");
+  app.add_option("--zstd-level", ro.zstd_level, "trace compression level 0-19 (default 1)");
+  app.add_flag("-q,--quiet", ro.quiet, "no progress bar and no summary");
+  app.add_option("-o,--output", ro.output, "trace file to write")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  RecorderOptions rec_opts;
+  if (ro.capture == "none") {
+    rec_opts.capture = trace::CaptureLevel::kNone;
+  } else if (ro.capture == "layers") {
+    rec_opts.capture = trace::CaptureLevel::kLayers;
+  } else if (ro.capture == "all") {
+    rec_opts.capture = trace::CaptureLevel::kAll;
+  } else {
+    return usage_error("--capture must be none, layers or all (got '" + ro.capture + "')");
+  }
+  if (ro.logits == "topk") {
+    rec_opts.logits = trace::LogitsMode::kTopK;
+  } else if (ro.logits == "full") {
+    rec_opts.logits = trace::LogitsMode::kFull;
+  } else {
+    return usage_error("--logits must be topk or full (got '" + ro.logits + "')");
+  }
+  if (ro.logits_top_k < 0 || ro.logits_top_k > 65536) {
+    return usage_error("--logits-top-k must be in [0, 65536]");
+  }
+  if (ro.zstd_level < 0 || ro.zstd_level > 19) return usage_error("--zstd-level must be in [0, 19]");
+  rec_opts.top_k = ro.logits_top_k;
+  rec_opts.writer.zstd_level = ro.zstd_level;
+  const bool from_file = !ro.requests.empty();
+  if (from_file && (!o.prompt.empty() || !o.prompt_ids.empty())) {
+    return usage_error("--requests excludes --prompt and --prompt-ids");
+  }
+
+  Result<cli::EngineSetup> setup = cli::make_engine_setup(o, /*need_prompt=*/!from_file);
+  if (!setup.ok()) return fail(setup.status());
+  cli::EngineSetup& s = *setup;
+
+  if (from_file) {
+    RequestDefaults d;
+    d.max_tokens = o.max_tokens;
+    d.sampling.temperature = static_cast<float>(o.temperature);
+    d.sampling.top_k = o.top_k;
+    d.sampling.top_p = static_cast<float>(o.top_p);
+    d.sampling.seed = o.seed;
+    RequestsFileContext ctx;
+    ctx.model = &s.model.config;
+    ctx.tokenizer = s.model.tokenizer.get();
+    ctx.tokenizer_note = s.model.tokenizer_note;
+    if (o.chat && !(ctx.tokenizer && ctx.tokenizer->has_chat_template())) {
+      return fail(make_error(ErrorCode::kInvalidArgument,
+                             "--chat: " + s.model.source + " has no chat template"));
+    }
+    ctx.chat = !o.raw && ctx.tokenizer && ctx.tokenizer->has_chat_template();
+    s.chat = ctx.chat;
+    Result<std::vector<RequestSpec>> reqs = read_requests_file(ro.requests, d, ctx);
+    if (!reqs.ok()) return fail(reqs.status());
+    RequestId next_id = 0;
+    s.target = reqs->front().id;
+    bool labelled = false;
+    for (const RequestSpec& r : *reqs) {
+      if (r.id >= next_id) next_id = r.id + 1;
+      if (!labelled && r.label == "target") {
+        s.target = r.id;
+        labelled = true;
+      }
+    }
+    // The synthetic load takes the ids after the file's.
+    std::vector<RequestSpec> load = cli::make_load_for(s.model, o.load, o.seed, next_id);
+    s.requests = std::move(*reqs);
+    s.requests.insert(s.requests.end(), load.begin(), load.end());
+  }
+
+  std::unique_ptr<trace::TraceReader> reference;
+  if (!ro.reference.empty()) {
+    Result<std::unique_ptr<trace::TraceReader>> r = trace::TraceReader::open(ro.reference);
+    if (!r.ok()) return fail(r.status().with_context("--reference: "));
+    reference = std::move(*r);
+    rec_opts.reference = reference.get();
+    if (rec_opts.logits != trace::LogitsMode::kFull) {
+      std::fprintf(stderr,
+                   "%s: warning: --reference codes full-logit blobs only; without --logits full "
+                   "it changes nothing\n",
+                   kCmd);
+    }
+  }
+
+  Result<std::unique_ptr<Engine>> engine = Engine::create(s.model, s.config, s.policy);
+  if (!engine.ok()) return fail(engine.status());
+  Engine& e = **engine;
+  int64_t token_budget = 0;
+  for (const RequestSpec& r : s.requests) {
+    Status st = e.add_request(r);
+    if (!st.ok()) return fail(st);
+    token_budget += r.max_tokens;
+  }
+
+  trace::RunHeader header =
+      make_header(o, ro, s, e, argc, argv, reference ? reference->run_header().run_id : "");
+  Result<std::unique_ptr<TraceRecorder>> rec = TraceRecorder::open(ro.output, header, rec_opts);
+  if (!rec.ok()) return fail(rec.status());
+  TraceRecorder& recorder = **rec;
+
+  e.add_observer(&recorder);
+  TextStream stream(s.model.tokenizer.get(), s.target, e.model_config().eos);
+  e.add_observer(&stream);
+  std::unique_ptr<Progress> progress;
+  if (!ro.quiet && isatty(STDERR_FILENO)) {
+    progress = std::make_unique<Progress>(token_budget, &recorder);
+    e.add_observer(progress.get());
+  }
+
+  Status run = e.run();
+  std::printf("\n");
+  std::fflush(stdout);
+  if (progress) progress->finish();
+  Status closed = recorder.close();
+  if (!run.ok()) {
+    // The trace holds every step the engine finished; say so next to the engine's error.
+    std::fprintf(stderr, "%s: the engine stopped; %s holds its first %" PRId64 " steps\n", kCmd,
+                 ro.output.c_str(), recorder.stats().steps);
+    return fail(run);
+  }
+
+  RecorderStats rs = recorder.stats();
+  const EngineStats& es = e.stats();
+  if (!ro.quiet) {
+    double per_token = rs.tokens > 0 ? static_cast<double>(rs.file_bytes) / rs.tokens : 0.0;
+    std::string extra;
+    if (rs.blobs > 0) {
+      extra = ", " + std::to_string(rs.blobs) + " logit blobs";
+      if (rs.xor_blobs > 0) extra += " (" + std::to_string(rs.xor_blobs) + " XOR-coded)";
+    }
+    std::fprintf(stderr,
+                 "%s: %s: %" PRId64 " steps, %" PRId64 " tokens, %zu requests, %" PRId64
+                 " fingerprints%s | %.1f KiB, %.1f bytes/token | %s, capture %s, logits %s | "
+                 "%.1f tokens/s\n",
+                 kCmd, ro.output.c_str(), rs.steps, rs.tokens, s.requests.size(), rs.fingerprints,
+                 extra.c_str(), rs.file_bytes / 1024.0, per_token, s.policy_name.c_str(),
+                 ro.capture.c_str(), ro.logits.c_str(),
+                 es.seconds > 0 ? es.generated / es.seconds : 0.0);
+  }
+  if (!closed.ok()) {
+    std::fprintf(stderr, "%s: the trace is incomplete (lossy): %s\n", kCmd, ro.output.c_str());
+    return fail(closed);
+  }
+  return 0;
+}
