@@ -77,6 +77,7 @@ int run_run_command(int argc, char** argv) {
   e.add_observer(&stream);
   Status st = e.run();
   std::printf("\n");
+  std::fflush(stdout);
   if (!st.ok()) {
     std::fprintf(stderr, "llmrr run: %s\n", st.to_string().c_str());
     return exit_code_for(st);

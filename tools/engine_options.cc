@@ -21,6 +21,9 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_prompt) {
   app.add_flag("--atomics", o.atomics,
                "production: combine split-K partials and expert outputs in arrival order");
   app.add_option("--load", o.load, "synthetic concurrent requests sharing the batches");
+  app.add_option("--arrival", o.arrival,
+                 "step at which the prompt's request arrives (default 0; later arrivals queue "
+                 "behind the load)");
   app.add_option("--seed", o.seed, "sampling seed; also derives the synthetic load");
   app.add_option("--max-tokens", o.max_tokens, "tokens to generate (default 32)");
   app.add_option("--temperature", o.temperature, "0 = greedy (default)");
@@ -69,17 +72,7 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& text) {
 
 std::vector<RequestSpec> make_load_for(const LoadedModel& model, int32_t count, uint64_t seed,
                                        RequestId first_id) {
-  LoadOptions lo;
-  lo.count = count;
-  lo.seed = seed;
-  lo.vocab = model.config.vocab;
-  lo.max_positions = model.config.max_positions;
-  lo.first_id = first_id;
-  if (model.config.vocab <= 258) {  // byte-level builtins: printable ASCII prompts
-    lo.token_lo = 32;
-    lo.token_hi = 127;
-  }
-  return make_load_requests(lo);
+  return make_load_for_model(model.config, count, seed, first_id);
 }
 
 namespace {
@@ -99,6 +92,7 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
   }
   if (o.load < 0 || o.load > 4096) return bad("--load must be in [0, 4096]");
   if (o.max_tokens < 1) return bad("--max-tokens must be >= 1");
+  if (o.arrival < 0) return bad("--arrival must be >= 0");
   if (!std::isfinite(o.temperature) || o.temperature < 0) {
     return bad("--temperature must be >= 0");
   }
@@ -185,6 +179,7 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
     t.id = 0;
     t.label = "target";
     t.max_tokens = o.max_tokens;
+    t.arrival_step = o.arrival;
     t.sampling.temperature = static_cast<float>(o.temperature);
     t.sampling.top_k = o.top_k;
     t.sampling.top_p = static_cast<float>(o.top_p);

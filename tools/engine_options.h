@@ -23,6 +23,7 @@ struct EngineOptions {
   std::string policy = "production"; // production | invariant
   bool atomics = false;
   int32_t load = 0;
+  int64_t arrival = 0;               // step at which the target request arrives
   uint64_t seed = 0;
   int32_t max_tokens = 32;
   double temperature = 0.0;

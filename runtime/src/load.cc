@@ -46,4 +46,19 @@ std::vector<RequestSpec> make_load_requests(const LoadOptions& o) {
   return out;
 }
 
+std::vector<RequestSpec> make_load_for_model(const ModelConfig& model, int32_t count,
+                                             uint64_t seed, RequestId first_id) {
+  LoadOptions lo;
+  lo.count = count;
+  lo.seed = seed;
+  lo.vocab = model.vocab;
+  lo.max_positions = model.max_positions;
+  lo.first_id = first_id;
+  if (model.vocab <= 258) {
+    lo.token_lo = 32;
+    lo.token_hi = 127;
+  }
+  return make_load_requests(lo);
+}
+
 }  // namespace llmrr

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "llmrr/runtime/model.h"
 #include "llmrr/runtime/observer.h"
 
 namespace llmrr {
@@ -25,5 +26,10 @@ struct LoadOptions {
 
 // Requests labelled "load-<i>", greedy, in id order. A pure function of the options.
 std::vector<RequestSpec> make_load_requests(const LoadOptions& options);
+
+// The load `llmrr run --load N --seed S` adds for a model: the defaults above, printable
+// ASCII prompts for the byte-level builtin vocabularies.
+std::vector<RequestSpec> make_load_for_model(const ModelConfig& model, int32_t count,
+                                             uint64_t seed, RequestId first_id = 1);
 
 }  // namespace llmrr
