@@ -36,6 +36,9 @@ std::string check_plan(const PlanRecord& p) {
   if (p.order == CombineOrder::kFixed && !p.arrival.empty())
     return "arrival: expected empty for fixed order, found " + unum(p.arrival.size()) + " entries";
   if (p.order == CombineOrder::kArrival) {
+    if (p.op == OpKind::kRmsNorm || p.op == OpKind::kAttention)
+      return std::string("order: expected fixed for ") + op_kind_name(p.op) +
+             " (only gemm and combine reduce in arrival order), found arrival";
     if (p.arrival.empty()) return "arrival: expected a permutation for arrival order, found none";
     if (p.op == OpKind::kGemm) {
       if (p.arrival.size() != p.splits)

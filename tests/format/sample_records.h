@@ -15,6 +15,17 @@
 
 namespace llmrr::trace::testing {
 
+// Portable randomness: std::mt19937_64 is specified bit for bit by the standard, and the
+// "Gaussian" is Irwin–Hall (four uniforms), plain arithmetic, so the records — and the
+// committed golden traces made from them — are the same with any compiler and libm.
+inline float uniform01(std::mt19937_64& rng) {
+  return static_cast<float>(static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0));
+}
+inline float gaussian(std::mt19937_64& rng) {
+  const float s = uniform01(rng) + uniform01(rng) + uniform01(rng) + uniform01(rng);
+  return (s - 2.0f) * 1.7320508f;
+}
+
 // Packed SiteId as runtime/site.h defines it: kind | (layer+1) << 8 | (expert+1) << 24.
 inline uint64_t site(int kind, int layer = -1, int expert = -1) {
   return static_cast<uint64_t>(kind) | static_cast<uint64_t>(layer + 1) << 8 |
@@ -149,7 +160,7 @@ class SampleRun {
     }
     s.plans.push_back({site(25), gemm_plan(splits)});
     // Fingerprints at layer outputs, all rows.
-    std::normal_distribution<float> g01(0.0f, 1.0f);
+    auto g01 = [](std::mt19937_64& r) { return gaussian(r); };
     std::vector<float> row(static_cast<size_t>(hidden_));
     for (int l = 0; l < layers_; ++l) {
       SiteRows sr;
@@ -231,8 +242,9 @@ class SampleRun {
       t.request = g.request;
       t.position = g.start + g.count;
       t.token = s.logits.back().top_ids[0];
-      t.uniform =
-          r.spec.temperature > 0 ? std::ldexp(static_cast<double>(rng_() >> 11), -53) : -1.0;
+      t.uniform = r.spec.temperature > 0
+                      ? static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0)
+                      : -1.0;
       s.tokens.push_back(t);
       r.pos = g.start + g.count;
       ++r.generated;
@@ -275,11 +287,9 @@ class SampleRun {
 // values (what an LM head produces), not constant arrays.
 inline std::vector<float> logit_like(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::normal_distribution<float> g(-2.0f, 2.5f);
   std::vector<float> v(n);
-  for (float& x : v) x = g(rng);
-  for (size_t i = 0; i < n / 200 + 1; ++i)
-    v[rng() % n] = 8.0f + 4.0f * std::abs(g(rng) + 2.0f) / 2.5f;
+  for (float& x : v) x = -2.0f + 2.5f * gaussian(rng);
+  for (size_t i = 0; i < n / 200 + 1; ++i) v[rng() % n] = 8.0f + 4.0f * std::fabs(gaussian(rng));
   return v;
 }
 

@@ -1,0 +1,57 @@
+#include "cli/trace_text.h"
+
+#include <cstdio>
+#include <ctime>
+
+#include "llmrr/kernels/plan.h"
+#include "llmrr/runtime/site.h"
+
+namespace llmrr::cli {
+
+std::string site_text(uint64_t packed_site) {
+  return site_name(SiteId::unpack(packed_site));
+}
+
+uint64_t site_order(uint64_t packed_site) {
+  return SiteId::unpack(packed_site).forward_key();
+}
+
+std::string plan_text(const trace::PlanRecord& p) {
+  Plan plan;
+  plan.op = static_cast<OpKind>(p.op);
+  plan.mode = static_cast<SplitMode>(p.mode);
+  plan.order = static_cast<CombineOrder>(p.order);
+  plan.separate_new_kv = p.separate_new_kv;
+  plan.splits = p.splits;
+  plan.split_size = p.split_size;
+  plan.k_tile = p.k_tile;
+  plan.arrival = p.arrival;
+  std::string s = plan_to_string(plan);
+  if (s.empty()) s = "unknown op " + std::to_string(static_cast<int>(p.op));
+  return s;
+}
+
+std::string hash_text(uint64_t hash) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(hash));
+  return b;
+}
+
+std::string fingerprint_text(const trace::Fingerprint& fp) {
+  char b[96];
+  std::snprintf(b, sizeof b, "%016llx l2 %.6g max %.6g", static_cast<unsigned long long>(fp.hash),
+                static_cast<double>(fp.l2), static_cast<double>(fp.max_abs));
+  return b;
+}
+
+std::string time_text(int64_t unix_ns) {
+  if (unix_ns == 0) return "-";
+  std::time_t t = static_cast<std::time_t>(unix_ns / 1000000000);
+  std::tm tm;
+  if (gmtime_r(&t, &tm) == nullptr) return "-";
+  char b[64];
+  std::strftime(b, sizeof b, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return b;
+}
+
+}  // namespace llmrr::cli
