@@ -26,6 +26,7 @@
 
 #include "llmrr/kernels/isa.h"
 #include "llmrr/kernels/ops.h"
+#include "llmrr/kernels/sample.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -170,10 +171,26 @@ void BM_attention_decode(benchmark::State& st) {
   st.SetBytesProcessed(st.iterations() * rows * static_cast<int64_t>(len) * per_pos * 8);
 }
 
+// Sampling from a SmolLM2-sized vocabulary (49152) at T = 0.8, with and without top-k.
+void BM_sample(benchmark::State& st) {
+  const int64_t vocab = st.range(0);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> logits(vocab);
+  for (auto& v : logits) v = nd(rng);
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = static_cast<int32_t>(st.range(1));
+  p.top_p = 0.95f;
+  int64_t pos = 0;
+  for (auto _ : st) benchmark::DoNotOptimize(sample(logits.data(), vocab, p, 0, pos++));
+}
+
 // --- table of medians ---------------------------------------------------------------------
 
 class TableReporter : public benchmark::ConsoleReporter {
  public:
+  TableReporter() : ConsoleReporter(OO_Tabular) {}  // no colour codes: output goes to files
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& r : runs) {
@@ -279,6 +296,9 @@ int main(int argc, char** argv) {
     for (int64_t splits : {1, 4}) {
       benchmark::RegisterBenchmark("rmsnorm", BM_rmsnorm)->Args({64, 4096, splits});
       benchmark::RegisterBenchmark("attention_decode", BM_attention_decode)->Args({8, 1024, splits});
+    }
+    for (int64_t top_k : {0, 40}) {
+      benchmark::RegisterBenchmark("sample", BM_sample)->Args({49152, top_k});
     }
   }
   benchmark::Initialize(&rargc, rest.data());

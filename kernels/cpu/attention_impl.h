@@ -89,6 +89,10 @@ void row_group(const AttnRow& row, int32_t g, const AttnShape& shape, const Plan
   auto v_at = [&](int64_t pos) { return kv.v_blocks[pos / bs] + (pos % bs) * kv_stride + g * hd; };
   const float* q0 = row.q + static_cast<int64_t>(g) * group * hd;
   float* out0 = row.out + static_cast<int64_t>(g) * group * hd;
+  if (len <= 0) {  // pos < 0: nothing to attend to (ops.h: zeros)
+    std::fill(out0, out0 + static_cast<int64_t>(group) * hd, 0.0f);
+    return;
+  }
 
   int64_t seq_begin[2], seq_end[2];
   int nseq = 0;

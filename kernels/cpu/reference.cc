@@ -129,6 +129,10 @@ void attention(std::span<const AttnRow> rows, const AttnShape& shape, const Plan
   for (const AttnRow& row : rows) {
     const KvSeqView& kv = *row.kv;
     const int64_t len = static_cast<int64_t>(row.pos) + 1;
+    if (len <= 0) {
+      std::fill(row.out, row.out + static_cast<int64_t>(shape.heads) * hd, 0.0f);
+      continue;
+    }
     // The sequences: [0, len) or [0, cached) and [cached, len); empty ones are skipped.
     std::vector<std::pair<int64_t, int64_t>> seqs;
     if (plan.separate_new_kv) {

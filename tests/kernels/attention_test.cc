@@ -280,6 +280,29 @@ TEST(Attention, PlansChangeBits) {
   EXPECT_TRUE(same_bits(four.data(), size250.data(), four.size()));
 }
 
+TEST(Attention, NegativePositionGivesZeros) {
+  IsaGuard guard;
+  std::mt19937 rng(12);
+  const AttnShape shape{4, 2, 24, 0.2f};
+  PagedKv kv(rng, shape, 4, {8});
+  for (Isa isa : all_isas()) {
+    set_isa(isa);
+    for (const Plan& plan : all_attention_plans()) {
+      Batch b = make_batch(rng, kv, shape, {{0, -1, 0}, {0, 5, 2}});
+      std::fill(b.out.begin(), b.out.end(), 3.0f);
+      attention(b.rows, shape, plan, ThreadPool::serial());
+      for (int i = 0; i < 4 * 24; ++i) ASSERT_EQ(bits(b.out[i]), bits(0.0f)) << isa_name(isa);
+      Batch r = b;
+      for (size_t i = 0; i < 2; ++i) {
+        r.rows[i].q = r.q.data() + i * 96;
+        r.rows[i].out = r.out.data() + i * 96;
+      }
+      ref::attention(r.rows, shape, plan);
+      ASSERT_TRUE(same_bits(r.out.data(), b.out.data(), b.out.size())) << plan_to_string(plan);
+    }
+  }
+}
+
 TEST(Attention, SeparateNewKvWithNothingCachedIsOneSequence) {
   std::mt19937 rng(10);
   const AttnShape shape{2, 1, 32, 0.2f};

@@ -103,6 +103,7 @@ struct AttnShape {
 };
 
 // plan.op must be kAttention. KV for every position a row reads must already be written.
+// A row with pos < 0 attends to nothing and gets zeros.
 void attention(std::span<const AttnRow> rows, const AttnShape& shape, const Plan& plan,
                ThreadPool& pool);
 
