@@ -211,6 +211,43 @@ TEST(Attention, MatchesReferenceBitsAndFp64EveryPlanIsaThreadCount) {
   }
 }
 
+// Random shapes, plans and batches (rows of several sequences at random positions with
+// random cached prefixes), every ISA against the reference.
+TEST(Attention, RandomBatchesAndPlansMatchReference) {
+  IsaGuard guard;
+  std::mt19937 rng(4242);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int c = 0; c < 60; ++c) {
+    const int32_t kvh = uni(1, 3), group = uni(1, 3), hd = 2 * uni(1, 40);
+    const AttnShape shape{kvh * group, kvh, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+    std::vector<int32_t> lengths(uni(1, 3));
+    for (auto& l : lengths) l = uni(1, 90);
+    PagedKv kv(rng, shape, uni(1, 20), lengths);
+    std::vector<RowSpec> specs(uni(1, 6));
+    for (auto& s : specs) {
+      s.seq = static_cast<size_t>(uni(0, static_cast<int>(lengths.size()) - 1));
+      s.pos = uni(0, lengths[s.seq] - 1);
+      s.cached = uni(0, s.pos + 1);
+    }
+    Plan plan = uni(0, 1) ? attn_count(static_cast<uint32_t>(uni(1, 9)), uni(0, 1))
+                          : attn_size(static_cast<uint32_t>(uni(1, 40)), uni(0, 1));
+    Batch want = make_batch(rng, kv, shape, specs);
+    ref::attention(want.rows, shape, plan);
+    for (Isa isa : all_isas()) {
+      set_isa(isa);
+      Batch got = want;
+      for (size_t i = 0; i < specs.size(); ++i) {
+        got.rows[i].q = got.q.data() + (want.rows[i].q - want.q.data());
+        got.rows[i].out = got.out.data() + (want.rows[i].out - want.out.data());
+      }
+      std::fill(got.out.begin(), got.out.end(), -1.0f);
+      attention(got.rows, shape, plan, *pools()[c % 4]);
+      ASSERT_TRUE(same_bits(got.out.data(), want.out.data(), got.out.size()))
+          << "case " << c << " " << plan_to_string(plan) << " " << isa_name(isa) << " hd " << hd;
+    }
+  }
+}
+
 TEST(Attention, PositionZeroReturnsV0Exactly) {
   IsaGuard guard;
   std::mt19937 rng(5);

@@ -3,6 +3,7 @@
 // plans and arrival orders that change bits exactly as plan.h says.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <ostream>
@@ -298,6 +299,43 @@ TEST(Gemm, Bf16WeightsEqualFp32GemmOnRoundedWeights) {
   gemm(x.data(), k, m, b, yb.data(), n, gemm_plan(2, 16), *pools()[1]);
   gemm(x.data(), k, m, f, yf.data(), n, gemm_plan(2, 16), *pools()[1]);
   EXPECT_TRUE(same_bits(yb.data(), yf.data(), yb.size()));
+}
+
+// Random shapes and plans (random splits, tiles and arrival permutations), every ISA and
+// thread count against the reference: a wider net than the table above.
+TEST(Gemm, RandomShapesAndPlansMatchReference) {
+  IsaGuard guard;
+  std::mt19937 rng(2024);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int c = 0; c < 120; ++c) {
+    const int64_t m = uni(0, 20), n = uni(1, 200), k = uni(0, 300);
+    Plan plan;
+    plan.op = OpKind::kGemm;
+    plan.splits = static_cast<uint32_t>(uni(1, 12));
+    plan.k_tile = static_cast<uint32_t>(16 * uni(0, 8));
+    if (uni(0, 1)) {
+      plan.order = CombineOrder::kArrival;
+      plan.arrival.resize(plan.splits);
+      for (uint32_t i = 0; i < plan.splits; ++i) plan.arrival[i] = static_cast<uint16_t>(i);
+      std::shuffle(plan.arrival.begin(), plan.arrival.end(), rng);
+    }
+    ASSERT_EQ(plan_check(plan), "");
+    const WeightType wt = uni(0, 1) ? WeightType::kBF16 : WeightType::kF32;
+    const int64_t ldx = k + uni(0, 5), ldy = n + uni(0, 5);
+    auto x = random_vec(rng, m * ldx + 1), wv = random_vec(rng, n * k + 1);
+    const PackedWeight w = PackedWeight::pack(wv.data(), n, k, wt);
+    std::vector<float> want(m * ldy + 1, 2.0f);
+    ref::gemm(x.data(), ldx, m, w, want.data(), ldy, plan);
+    for (Isa isa : all_isas()) {
+      set_isa(isa);
+      ThreadPool* pool = pools()[c % 4];
+      std::vector<float> got(want.size(), 2.0f);
+      gemm(x.data(), ldx, m, w, got.data(), ldy, plan, *pool);
+      ASSERT_TRUE(same_bits(got.data(), want.data(), got.size()))
+          << "case " << c << " m=" << m << " n=" << n << " k=" << k << " " << plan_to_string(plan)
+          << " " << isa_name(isa) << " threads " << pool->size();
+    }
+  }
 }
 
 // Decode-sized shapes (K up to 4096) through every ISA, spot-checked against the reference.
