@@ -101,6 +101,73 @@ TEST(Gguf, TiedWhenOutputAbsent) {
   EXPECT_EQ(m->tensors.count("lm_head.weight"), 0u);
 }
 
+// qwen2moe as llama.cpp writes it: stacked experts (ne = [in, out, E]), shared expert with a
+// [H] gate, q/k/v biases, no Q/K permutation, no output.weight (tied).
+TEST(Gguf, Qwen2MoeMapping) {
+  GgufBuilder b;
+  b.kv_str("general.architecture", "qwen2moe");
+  b.kv_u32("qwen2moe.context_length", 32);
+  b.kv_u32("qwen2moe.embedding_length", 8);
+  b.kv_u32("qwen2moe.block_count", 1);
+  b.kv_u32("qwen2moe.feed_forward_length", 16);
+  b.kv_u32("qwen2moe.attention.head_count", 2);
+  b.kv_u32("qwen2moe.attention.head_count_kv", 1);
+  b.kv_u32("qwen2moe.expert_count", 2);
+  b.kv_u32("qwen2moe.expert_used_count", 1);
+  b.kv_u32("qwen2moe.expert_feed_forward_length", 4);
+  b.kv_u32("qwen2moe.expert_shared_feed_forward_length", 4);
+  b.kv_u32("qwen2moe.vocab_size", 6);
+  auto f = [&](const std::string& name, std::vector<uint64_t> ne, float base) {
+    b.f32(name, ne, [base](uint64_t i) { return base + static_cast<float>(i); });
+  };
+  f("token_embd.weight", {8, 6}, 0);
+  f("blk.0.attn_norm.weight", {8}, 0);
+  f("blk.0.attn_q.weight", {8, 8}, 100);
+  f("blk.0.attn_q.bias", {8}, 0);
+  f("blk.0.attn_k.weight", {8, 4}, 0);
+  f("blk.0.attn_k.bias", {4}, 0);
+  f("blk.0.attn_v.weight", {8, 4}, 0);
+  f("blk.0.attn_v.bias", {4}, 0);
+  f("blk.0.attn_output.weight", {8, 8}, 0);
+  f("blk.0.ffn_norm.weight", {8}, 0);
+  f("blk.0.ffn_gate_inp.weight", {8, 2}, 0);
+  f("blk.0.ffn_gate_exps.weight", {8, 4, 2}, 1000);
+  f("blk.0.ffn_up_exps.weight", {8, 4, 2}, 2000);
+  f("blk.0.ffn_down_exps.weight", {4, 8, 2}, 3000);
+  f("blk.0.ffn_gate_inp_shexp.weight", {8}, 4000);
+  f("blk.0.ffn_gate_shexp.weight", {8, 4}, 0);
+  f("blk.0.ffn_up_shexp.weight", {8, 4}, 0);
+  f("blk.0.ffn_down_shexp.weight", {4, 8}, 0);
+  f("output_norm.weight", {8}, 0);
+  TempDir dir;
+  auto m = load_bytes(dir, b.build());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, Arch::kQwen2Moe);
+  EXPECT_EQ(c.experts, 2);
+  EXPECT_EQ(c.top_k, 1);
+  EXPECT_EQ(c.moe_ffn, 4);
+  EXPECT_EQ(c.shared_ffn, 4);
+  EXPECT_TRUE(c.shared_expert_gate);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_TRUE(c.tied_embeddings);
+  const std::string p = "model.layers.0.mlp.";
+  // Expert 1 is the second [4, 8] slab of the stack.
+  EXPECT_EQ(m->tensors.at(p + "experts.1.gate_proj.weight").shape, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(m->tensors.at(p + "experts.1.gate_proj.weight").data[0], 1032.0f);
+  EXPECT_EQ(m->tensors.at(p + "experts.0.up_proj.weight").data[31], 2031.0f);
+  EXPECT_EQ(m->tensors.at(p + "experts.1.down_proj.weight").shape, (std::vector<int64_t>{8, 4}));
+  EXPECT_EQ(m->tensors.at(p + "experts.1.down_proj.weight").data[0], 3032.0f);
+  EXPECT_EQ(m->tensors.at(p + "shared_expert_gate.weight").shape, (std::vector<int64_t>{1, 8}));
+  EXPECT_EQ(m->tensors.at(p + "shared_expert_gate.weight").data[7], 4007.0f);
+  // No permutation outside llama.
+  const HostTensor& q = m->tensors.at("model.layers.0.self_attn.q_proj.weight");
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(q.data[r * 8], 100.0f + r * 8);
+  EXPECT_EQ(m->tensors.at("model.layers.0.self_attn.k_proj.bias").shape,
+            (std::vector<int64_t>{4}));
+}
+
 TEST(Gguf, WeightHashCoversBytesAndNames) {
   TempDir dir;
   auto a = load_bytes(dir, tiny_llama().build(), "a.gguf");

@@ -229,6 +229,10 @@ TEST(TokenizerJson, LoadsLikeTheSpec) {
   j["model"]["type"] = "Unigram";
   write_bytes(d.file("tokenizer.json"), j.dump());
   EXPECT_EQ(load_tokenizer_json(d.file("tokenizer.json")).status().code(), ErrorCode::kUnsupported);
+  j["model"]["type"] = "BPE";
+  j["added_tokens"].push_back({{"id", 10000000}, {"content", "<far>"}});
+  write_bytes(d.file("tokenizer.json"), j.dump());
+  EXPECT_EQ(load_tokenizer_json(d.file("tokenizer.json")).status().code(), ErrorCode::kBadModel);
   write_bytes(d.file("tokenizer.json"), "{\"model\": 3");
   EXPECT_EQ(load_tokenizer_json(d.file("tokenizer.json")).status().code(), ErrorCode::kBadModel);
 }

@@ -383,6 +383,11 @@ Result<std::shared_ptr<const Tokenizer>> load_tokenizer_json(const std::string& 
         added.emplace_back(a["id"].get<int64_t>(), a["content"].get<std::string>());
         max_id = std::max<int64_t>(max_id, a["id"].get<int64_t>());
       }
+    // Ids index a table: a sparse id far above the entry count would size it from a lie.
+    const int64_t entries = static_cast<int64_t>(vocab.size() + added.size());
+    if (max_id >= entries + 65536)
+      return bad("token id " + std::to_string(max_id) + " is far above the " +
+                 std::to_string(entries) + " entries (ids must be dense)");
     spec.tokens.assign(static_cast<size_t>(max_id + 1), std::string());
     for (auto it = vocab.begin(); it != vocab.end(); ++it)
       spec.tokens[static_cast<size_t>(it.value().get<int64_t>())] = it.key();

@@ -79,7 +79,10 @@ struct LoadedModel {
   ModelConfig config;
   std::map<std::string, HostTensor> tensors;
   // xxh3-64 over the tensors as stored in the source (name, dtype, shape, raw bytes, in
-  // name order): identifies the weights whatever path they were loaded from.
+  // name order): identifies the weights whatever path they were loaded from. Streamed per
+  // tensor, little-endian: u64 len(name), name, u64 len(dtype), dtype ("F32", "BF16",
+  // "Q4_1", ...), u64 ndim, ndim × i64 dims (the source's order: GGUF ne, safetensors shape),
+  // u64 len(bytes), bytes. Source names (llama.cpp names for GGUF), not HF names.
   uint64_t weight_hash = 0;
   std::string identity;    // "builtin:tiny-moe", "gguf:SmolLM2-135M-Instruct", ...
   std::string source;      // the spec or path it was loaded from
