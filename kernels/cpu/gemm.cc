@@ -116,98 +116,70 @@ const GemmKernels& gemm_kernels_scalar() {
 
 namespace {
 
-// Columns [c0, c0 + 8V) of the panel for R rows; W in fp32.
-template <int R, int V>
-inline void tile_avx2_f32(const float* x, int64_t ldx, const float* w, int64_t k0, int64_t k1,
-                          float* t, int c0) {
-  __m256 acc[R][V];
-#pragma GCC unroll 16
+// fp32, R ≤ 3 rows × one 32-column panel: 4R accumulators plus the panel row and a
+// broadcast fit the 16 ymm registers. (Two 16-column passes to fit more rows were measured
+// slower: each pass streams the panel again.)
+template <int R>
+void tile_avx2(const float* x, int64_t ldx, const void* panel, int64_t /*pstride*/, int64_t k0,
+               int64_t k1, float* t) {
+  __m256 acc[R][4];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
-  const float* wk = w + k0 * kPanel + c0;
-  for (int64_t k = k0; k < k1; ++k, wk += kPanel) {
-    __m256 wv[V];
+    for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_setzero_ps();
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* wk = static_cast<const float*>(panel) + k * kPanel;
+    __m256 wv[4];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) wv[v] = _mm256_load_ps(wk + 8 * v);
-#pragma GCC unroll 16
+    for (int v = 0; v < 4; ++v) wv[v] = _mm256_load_ps(wk + 8 * v);
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m256 b = _mm256_broadcast_ss(x + r * ldx + k);
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(b, wv[v], acc[r][v]);
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_fmadd_ps(b, wv[v], acc[r][v]);
     }
   }
-#pragma GCC unroll 16
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm256_storeu_ps(t + r * kPanel + c0 + 8 * v, acc[r][v]);
+    for (int v = 0; v < 4; ++v) _mm256_storeu_ps(t + r * kPanel + 8 * v, acc[r][v]);
 }
 
-// bf16: word i of a row holds column i (low half) and 16 + i (high half). half = 0 gives
-// columns 0..15, half = 1 columns 16..31; V = 4 gives all 32 (low words first).
-template <int R, int V>
-inline void tile_avx2_bf16(const float* x, int64_t ldx, const uint16_t* w, int64_t k0,
-                           int64_t k1, float* t, int half) {
-  __m256 acc[R][V];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+// bf16, R ≤ 6 rows: two passes of 16 columns (2R accumulators each). Widening bf16 takes
+// registers a full 32-column tile of fp32 does not need, so the f32 layout above would
+// spill; every output still sees its own k sequence unchanged.
+template <int R>
+void tile_avx2_bf16_halves(const float* x, int64_t ldx, const void* panel, int64_t /*pstride*/,
+                           int64_t k0, int64_t k1, float* t) {
   const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  const uint16_t* wk = w + k0 * kPanel;
-  for (int64_t k = k0; k < k1; ++k, wk += kPanel) {
-    const __m256i l0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wk));
-    const __m256i l1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wk + 16));
-    __m256 wv[V];
-    if constexpr (V == 4) {
-      wv[0] = _mm256_castsi256_ps(_mm256_slli_epi32(l0, 16));
-      wv[1] = _mm256_castsi256_ps(_mm256_slli_epi32(l1, 16));
-      wv[2] = _mm256_castsi256_ps(_mm256_and_si256(l0, hi_mask));
-      wv[3] = _mm256_castsi256_ps(_mm256_and_si256(l1, hi_mask));
-    } else if (half == 0) {
-      wv[0] = _mm256_castsi256_ps(_mm256_slli_epi32(l0, 16));
-      wv[1] = _mm256_castsi256_ps(_mm256_slli_epi32(l1, 16));
-    } else {
-      wv[0] = _mm256_castsi256_ps(_mm256_and_si256(l0, hi_mask));
-      wv[1] = _mm256_castsi256_ps(_mm256_and_si256(l1, hi_mask));
+  for (int half = 0; half < 2; ++half) {
+    __m256 acc[R][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const uint16_t* wk = static_cast<const uint16_t*>(panel) + k0 * kPanel;
+    for (int64_t k = k0; k < k1; ++k, wk += kPanel) {
+      const __m256i l0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wk));
+      const __m256i l1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wk + 16));
+      __m256 w0, w1;
+      if (half == 0) {
+        w0 = _mm256_castsi256_ps(_mm256_slli_epi32(l0, 16));
+        w1 = _mm256_castsi256_ps(_mm256_slli_epi32(l1, 16));
+      } else {
+        w0 = _mm256_castsi256_ps(_mm256_and_si256(l0, hi_mask));
+        w1 = _mm256_castsi256_ps(_mm256_and_si256(l1, hi_mask));
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 b = _mm256_broadcast_ss(x + r * ldx + k);
+        acc[r][0] = _mm256_fmadd_ps(b, w0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(b, w1, acc[r][1]);
+      }
     }
-#pragma GCC unroll 16
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m256 b = _mm256_broadcast_ss(x + r * ldx + k);
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(b, wv[v], acc[r][v]);
+      _mm256_storeu_ps(t + r * kPanel + 16 * half, acc[r][0]);
+      _mm256_storeu_ps(t + r * kPanel + 16 * half + 8, acc[r][1]);
     }
-  }
-  const int c0 = V == 4 ? 0 : half * 16;
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm256_storeu_ps(t + r * kPanel + c0 + 8 * v, acc[r][v]);
-}
-
-// Up to 3 rows: all 32 columns at once (12 accumulators). 4..6 rows: two passes of 16
-// columns each; every output still sees its own k sequence unchanged.
-template <int R>
-void tile_avx2_f32_entry(const float* x, int64_t ldx, const void* panel, int64_t /*pstride*/,
-                         int64_t k0, int64_t k1, float* t) {
-  const float* w = static_cast<const float*>(panel);
-  if constexpr (R <= 3) {
-    tile_avx2_f32<R, 4>(x, ldx, w, k0, k1, t, 0);
-  } else {
-    tile_avx2_f32<R, 2>(x, ldx, w, k0, k1, t, 0);
-    tile_avx2_f32<R, 2>(x, ldx, w, k0, k1, t, 16);
-  }
-}
-
-template <int R>
-void tile_avx2_bf16_entry(const float* x, int64_t ldx, const void* panel, int64_t /*pstride*/,
-                          int64_t k0, int64_t k1, float* t) {
-  const uint16_t* w = static_cast<const uint16_t*>(panel);
-  if constexpr (R <= 3) {
-    tile_avx2_bf16<R, 4>(x, ldx, w, k0, k1, t, 0);
-  } else {
-    tile_avx2_bf16<R, 2>(x, ldx, w, k0, k1, t, 0);
-    tile_avx2_bf16<R, 2>(x, ldx, w, k0, k1, t, 1);
   }
 }
 
@@ -246,23 +218,30 @@ void tile_avx2_wide(const float* x, int64_t ldx, const void* panel, int64_t pstr
   for (int v = 0; v < 8; ++v) _mm256_storeu_ps(t + 8 * v, acc[v]);
 }
 
-template <int... Rs>
-GemmKernels make_avx2(std::integer_sequence<int, Rs...>) {
+GemmKernels make_avx2() {
   GemmKernels g;
-  g.max_rows = sizeof...(Rs);
+  g.max_rows = 3;
+  g.max_rows_bf16 = 6;
+  g.f32[1] = &tile_avx2<1>;
+  g.f32[2] = &tile_avx2<2>;
+  g.f32[3] = &tile_avx2<3>;
+  g.bf16[1] = &tile_avx2_bf16_halves<1>;
+  g.bf16[2] = &tile_avx2_bf16_halves<2>;
+  g.bf16[3] = &tile_avx2_bf16_halves<3>;
+  g.bf16[4] = &tile_avx2_bf16_halves<4>;
+  g.bf16[5] = &tile_avx2_bf16_halves<5>;
+  g.bf16[6] = &tile_avx2_bf16_halves<6>;
   g.wide_panels = 2;
   g.wide_max_rows = 1;
   g.f32_wide[1] = &tile_avx2_wide<false>;
   g.bf16_wide[1] = &tile_avx2_wide<true>;
-  ((g.f32[Rs + 1] = &tile_avx2_f32_entry<Rs + 1>), ...);
-  ((g.bf16[Rs + 1] = &tile_avx2_bf16_entry<Rs + 1>), ...);
   return g;
 }
 
 }  // namespace
 
 const GemmKernels& gemm_kernels_avx2() {
-  static const GemmKernels k = make_avx2(std::make_integer_sequence<int, 6>());
+  static const GemmKernels k = make_avx2();
   return k;
 }
 
@@ -366,7 +345,7 @@ void gemm(const float* x, int64_t ldx, int64_t m, const PackedWeight& w, float* 
   }
   j.chunk = ((k + splits - 1) / splits + 15) / 16 * 16;
   j.kern = &kernels_for(active_isa());
-  j.rows_per_tile = j.kern->max_rows;
+  j.rows_per_tile = j.bf16 && j.kern->max_rows_bf16 ? j.kern->max_rows_bf16 : j.kern->max_rows;
   const int64_t panels = j.s->panels;
   const int64_t tiles = (m + j.rows_per_tile - 1) / j.rows_per_tile;
   // Few rows: the wide kernel, several panels per call (same per-output sequence).

@@ -49,6 +49,7 @@ using TileFn = void (*)(const float* x, int64_t ldx, const void* panel, int64_t 
 
 struct GemmKernels {
   int max_rows = 1;                     // largest row count with a one-panel kernel
+  int max_rows_bf16 = 0;                // the same for bf16 weights when it differs (0: same)
   TileFn f32[kMaxTileRows + 1] = {};    // one panel, index = rows
   TileFn bf16[kMaxTileRows + 1] = {};
   // Several panels at once for few rows (GEMV-like shapes): more independent accumulators
