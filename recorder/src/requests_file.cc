@@ -44,7 +44,9 @@ class LineParser {
     const json& v = *it;
     if (v.is_number_unsigned()) {
       uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(hi)) return field_error(field, expected, v);
+      if (u > static_cast<uint64_t>(hi) || static_cast<int64_t>(u) < lo) {
+        return field_error(field, expected, v);
+      }
       *out = static_cast<int64_t>(u);
       return Status::Ok();
     }

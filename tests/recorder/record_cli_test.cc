@@ -1,0 +1,326 @@
+// `llmrr record` end to end: stdout as `llmrr run`, exit codes, a run header that describes
+// the engine completely, requests files, an I/O error mid-run (file size limit), and the
+// trace tools (inspect / verify / dump) on what it wrote.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "llmrr/format/trace_reader.h"
+#include "recorder_test_util.h"
+
+namespace llmrr::rectest {
+namespace {
+
+struct CliResult {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `llmrr <args>` (through /bin/sh, after `prefix`, e.g. a ulimit).
+CliResult llmrr(const std::vector<std::string>& args, const std::string& prefix = "") {
+  const std::string out = temp_path("stdout"), err = temp_path("stderr");
+  std::string cmd = prefix + " exec " + quote(LLMRR_BIN);
+  for (const std::string& a : args) cmd += " " + quote(a);
+  cmd += " >" + quote(out) + " 2>" + quote(err);
+  CliResult r;
+  int status = std::system(("/bin/sh -c " + quote(cmd)).c_str());
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return r;
+}
+
+bool has_command(const std::string& name) {
+  static const std::string help = llmrr({"--help"}).out;
+  return help.find("  " + name + "\n") != std::string::npos;
+}
+
+const std::vector<std::string> kEngine = {
+    "--model", "builtin:tiny-moe", "--prompt", "The quick brown fox", "--max-tokens", "12",
+    "--load", "3", "--threads", "1"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(RecordCli, StdoutIsTheRunsTextAndTheTraceIsComplete) {
+  const std::string path = temp_path("cli.trace");
+  CliResult rec = llmrr(with(with({"record"}, kEngine), {"--capture", "all", "-o", path}));
+  ASSERT_EQ(rec.rc, 0) << rec.err;
+  CliResult run = llmrr(with({"run"}, kEngine));
+  ASSERT_EQ(run.rc, 0) << run.err;
+  EXPECT_EQ(rec.out, run.out);
+  EXPECT_GT(rec.out.size(), 1u);
+  // The closing summary: steps, tokens, size, bytes per token.
+  EXPECT_NE(rec.err.find(" steps, "), std::string::npos) << rec.err;
+  EXPECT_NE(rec.err.find(" tokens, "), std::string::npos) << rec.err;
+  EXPECT_NE(rec.err.find("bytes/token"), std::string::npos) << rec.err;
+  EXPECT_EQ(rec.err.find("\r"), std::string::npos) << "no progress bar when stderr is a file";
+
+  auto reader = open_reader(path);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_TRUE(reader->complete());
+  EXPECT_FALSE(reader->lossy());
+  EXPECT_EQ(reader->requests().size(), 4u);
+  Status v = reader->verify();
+  EXPECT_TRUE(v.ok()) << v.to_string();
+
+  if (has_command("inspect")) {
+    CliResult ins = llmrr({"inspect", path});
+    EXPECT_EQ(ins.rc, 0) << ins.err;
+    EXPECT_NE(ins.out.find("builtin:tiny-moe"), std::string::npos) << ins.out;
+  }
+  if (has_command("verify")) {
+    CliResult ver = llmrr({"verify", path});
+    EXPECT_EQ(ver.rc, 0) << ver.out << ver.err;
+  }
+  if (has_command("dump")) {
+    CliResult dump = llmrr({"dump", path, "--json"});
+    EXPECT_EQ(dump.rc, 0) << dump.err;
+    EXPECT_GT(dump.out.size(), 100u);
+  }
+}
+
+// The header alone says how to rebuild the engine.
+TEST(RecordCli, RunHeaderDescribesTheEngineCompletely) {
+  const std::string path = temp_path("header.trace");
+  CliResult rec = llmrr({"record", "--model", "builtin:tiny-moe", "--prompt", "Hello", "--max-tokens",
+                         "4", "--load", "2", "--seed", "5", "--threads", "2", "--sms", "64",
+                         "--blocks-per-sm", "3", "--max-batch-tokens", "128", "--max-seqs", "8",
+                         "--prefill-chunk", "32", "--kv-block", "8", "--capacity-factor", "1.25",
+                         "--overflow", "reroute", "--atomics", "--dtype", "bf16", "--scoring",
+                         "sigmoid", "--attn-split", "96", "--capture", "none", "--logits", "full",
+                         "--logits-top-k", "7", "-o", path});
+  ASSERT_EQ(rec.rc, 0) << rec.err;
+  auto reader = open_reader(path);
+  ASSERT_NE(reader, nullptr);
+  const trace::RunHeader& h = reader->run_header();
+  EXPECT_FALSE(h.tool_version.empty());
+  EXPECT_FALSE(h.run_id.empty());
+  EXPECT_GT(h.created_unix_ns, 0);
+  EXPECT_FALSE(h.host.hostname.empty());
+  EXPECT_FALSE(h.host.os.empty());
+  EXPECT_GT(h.host.cores, 0);
+  EXPECT_TRUE(h.host.isa == "avx2" || h.host.isa == "avx512" || !h.host.isa.empty()) << h.host.isa;
+  EXPECT_EQ(h.device.kind, "cpu");
+  EXPECT_NE(h.command_line.find("record"), std::string::npos);
+  EXPECT_NE(h.command_line.find("--capacity-factor 1.25"), std::string::npos) << h.command_line;
+
+  const LoadedModel& m = builtin("tiny-moe");
+  EXPECT_EQ(h.model.name, m.identity);
+  EXPECT_EQ(h.model.path, "builtin:tiny-moe");
+  EXPECT_EQ(h.model.architecture, "mixtral");
+  char hash[40];
+  std::snprintf(hash, sizeof hash, "xxh3-64:%016llx", static_cast<unsigned long long>(m.weight_hash));
+  EXPECT_EQ(h.model.weight_hash, hash);
+  EXPECT_EQ(h.model.weight_dtype, "bf16");
+  EXPECT_EQ(h.model.compute_dtype, "bf16");
+  EXPECT_EQ(h.model.layers, m.config.layers);
+  EXPECT_EQ(h.model.hidden, m.config.hidden);
+  EXPECT_EQ(h.model.vocab, m.config.vocab);
+  EXPECT_EQ(h.model.heads, m.config.heads);
+  EXPECT_EQ(h.model.kv_heads, m.config.kv_heads);
+  EXPECT_EQ(h.model.experts, m.config.experts);
+  EXPECT_EQ(h.model.experts_per_token, m.config.top_k);
+
+  const trace::EngineConfig& e = h.engine;
+  EXPECT_EQ(e.policy, "production+atomics");
+  EXPECT_TRUE(e.atomics);
+  EXPECT_EQ(e.virtual_sms, 64);
+  EXPECT_EQ(e.blocks_per_sm, 3);
+  EXPECT_EQ(e.threads, 2);
+  EXPECT_EQ(e.max_batch_tokens, 128);
+  EXPECT_EQ(e.max_seqs, 8);
+  EXPECT_EQ(e.prefill_chunk, 32);
+  EXPECT_EQ(e.kv_block_size, 8);
+  EXPECT_EQ(e.capacity_factor, 1.25f);
+  EXPECT_EQ(e.overflow, trace::OverflowPolicy::kNextBest);
+  EXPECT_EQ(e.seed, 5u);
+  EXPECT_EQ(e.load, 2);
+  EXPECT_EQ(e.capture, trace::CaptureLevel::kNone);
+  EXPECT_EQ(e.logits_mode, trace::LogitsMode::kFull);
+  EXPECT_EQ(e.top_k, 7);
+
+  nlohmann::json x = nlohmann::json::parse(h.extra_config_json, nullptr, false);
+  ASSERT_TRUE(x.is_object()) << h.extra_config_json;
+  EXPECT_EQ(x.value("attn_split", 0), 96);
+  EXPECT_EQ(x.value("dtype", ""), "bf16");
+  EXPECT_EQ(x.value("weight_type", ""), "bf16");
+  EXPECT_EQ(x.value("bf16_activations", false), true);
+  EXPECT_EQ(x.value("scoring", ""), "sigmoid");
+  EXPECT_EQ(x.value("overflow", ""), "reroute");
+  EXPECT_EQ(x.value("capacity_factor", 0.0), 1.25);
+  EXPECT_TRUE(x.contains("chat_template"));
+  ASSERT_TRUE(x.contains("engine_options"));
+  EXPECT_EQ(x["engine_options"].value("sms", 0), 64);
+  EXPECT_EQ(x["engine_options"].value("policy", ""), "production");
+  ASSERT_TRUE(x.contains("recorder"));
+  EXPECT_EQ(x["recorder"].value("capture", ""), "none");
+  EXPECT_EQ(x["recorder"].value("logits_top_k", 0), 7);
+
+  // The recorded logits follow --logits full / --logits-top-k.
+  trace::StepRecord s;
+  ASSERT_TRUE(reader->read_step(reader->first_step(), &s).ok());
+  ASSERT_FALSE(s.logits.empty());
+  EXPECT_EQ(s.logits[0].top_ids.size(), 7u);
+  EXPECT_GE(s.logits[0].blob, 0);
+  EXPECT_TRUE(s.rows.empty());
+}
+
+TEST(RecordCli, RequestsFile) {
+  const std::string reqs = temp_path("reqs.jsonl");
+  {
+    std::ofstream out(reqs);
+    out << "{\"id\": 10, \"prompt\": \"Once upon\", \"max_tokens\": 5}\n"
+        << "{\"id\": 3, \"prompt\": \"Hello\", \"max_tokens\": 6, \"label\": \"target\", "
+           "\"arrival_step\": 1}\n"
+        << "{\"id\": 4, \"prompt_ids\": [72, 105], \"temperature\": 0.7, \"seed\": 2}\n";
+  }
+  const std::string path = temp_path("reqs.trace");
+  CliResult rec = llmrr({"record", "--model", "builtin:tiny-moe", "--requests", reqs, "--load", "2",
+                         "-o", path});
+  ASSERT_EQ(rec.rc, 0) << rec.err;
+  auto reader = open_reader(path);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_EQ(reader->requests().size(), 5u);
+  std::map<uint64_t, trace::RequestSummary> by_id;
+  for (const auto& r : reader->requests()) by_id[r.id] = r;
+  ASSERT_TRUE(by_id.count(10) && by_id.count(3) && by_id.count(4));
+  EXPECT_TRUE(by_id.count(11) && by_id.count(12)) << "load ids follow the file's";
+  EXPECT_EQ(by_id[3].generated, 6);
+  EXPECT_EQ(by_id[3].label, "target");
+  EXPECT_GE(by_id[3].arrival_step, 1);
+  // Stdout is the target's text (request 3): as `llmrr run` prints it for the same prompt
+  // alone only if the batch does not change it, so check its length in bytes instead.
+  EXPECT_EQ(rec.out.size(), 6u + 1u) << rec.out;  // byte tokenizer: 6 bytes + newline
+}
+
+struct BadFile {
+  const char* name;
+  const char* content;
+  const char* expected;
+};
+
+TEST(RecordCli, RequestsFileErrorsExit2WithLineAndField) {
+  const BadFile cases[] = {
+      {"bad_json", "{\"prompt\": \"a\"}\n{\"prompt\": \"b\",}\n", ":2: not valid JSON"},
+      {"missing", "{\"prompt\": \"a\"}\n{\"id\": 9}\n", ":2: missing field 'prompt'"},
+      {"wrong_type", "{\"prompt\": \"a\", \"max_tokens\": \"ten\"}\n",
+       ":1: field 'max_tokens': expected an integer >= 1, found \"ten\""},
+      {"reused_id", "{\"id\": 2, \"prompt\": \"a\"}\n{\"id\": 2, \"prompt\": \"b\"}\n",
+       ":2: field 'id': id 2 is already used on line 1"},
+  };
+  for (const BadFile& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string reqs = temp_path(std::string(c.name) + ".jsonl");
+    {
+      std::ofstream out(reqs);
+      out << c.content;
+    }
+    const std::string path = temp_path(std::string(c.name) + ".trace");
+    CliResult r = llmrr({"record", "--model", "builtin:tiny-moe", "--requests", reqs, "-o", path});
+    EXPECT_EQ(r.rc, 2) << r.err;
+    EXPECT_NE(r.err.find(reqs + c.expected), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("bad_request (126)"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty());
+    std::ifstream probe(path);
+    EXPECT_FALSE(probe.good()) << "no trace is written for a bad requests file";
+  }
+  CliResult missing = llmrr({"record", "--model", "builtin:tiny-moe", "--requests",
+                             temp_path("none.jsonl"), "-o", temp_path("x.trace")});
+  EXPECT_EQ(missing.rc, 2);
+  EXPECT_NE(missing.err.find("not_found"), std::string::npos) << missing.err;
+}
+
+TEST(RecordCli, UsageErrorsExit2) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"record", "--model", "builtin:tiny-moe", "--prompt", "a"},  // no -o
+      {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--capture", "some", "-o", "x"},
+      {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--logits", "all", "-o", "x"},
+      {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--logits-top-k", "-1", "-o", "x"},
+      {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--requests", "r.jsonl", "-o", "x"},
+      {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--policy", "fast", "-o", "x"},
+      {"record", "--model", "builtin:nope", "--prompt", "a", "-o", "x"},
+      {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--reference",
+       "/nonexistent.trace", "-o", "x"},
+      {"record", "--bogus"},
+  };
+  for (const auto& args : cases) {
+    CliResult r = llmrr(args);
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    EXPECT_EQ(r.rc, 2) << joined << "\n" << r.err;
+    EXPECT_FALSE(r.err.empty()) << joined;
+  }
+  CliResult help = llmrr({"record", "--help"});
+  EXPECT_EQ(help.rc, 0);
+  EXPECT_NE(help.out.find("--requests"), std::string::npos);
+  EXPECT_NE(help.out.find("--capture"), std::string::npos);
+}
+
+// An I/O error while recording (file size limit): the engine finishes, stdout is unchanged,
+// the trace is lossy with the reason, the exit code says the trace is incomplete.
+TEST(RecordCli, IoErrorKeepsTheOutputAndMarksTheTraceLossy) {
+  const std::string path = temp_path("limited.trace");
+  std::vector<std::string> args = with(with({"record"}, kEngine), {"--capture", "all", "-o", path});
+  CliResult r = llmrr(args, "trap '' XFSZ; ulimit -f 8;");  // 4 KiB in 512-byte blocks
+  CliResult run = llmrr(with({"run"}, kEngine));
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_EQ(r.out, run.out);
+  EXPECT_NE(r.err.find("lossy"), std::string::npos) << r.err;
+  auto reader = open_reader(path);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_TRUE(reader->lossy());
+  EXPECT_NE(reader->lossy_reason().find("File too large"), std::string::npos)
+      << reader->lossy_reason();
+  Status v = reader->verify();
+  EXPECT_TRUE(v.ok()) << v.to_string();
+}
+
+// --reference with --logits full: the XOR-coded trace is smaller and the format tools read
+// it.
+TEST(RecordCli, ReferenceMakesARerunSmall) {
+  const std::string a = temp_path("a.trace"), b = temp_path("b.trace"), c = temp_path("c.trace");
+  std::vector<std::string> base = {"record", "--model", "builtin:tiny-moe", "--prompt",
+                                   "The quick brown fox", "--max-tokens", "12", "--load", "3",
+                                   "--capture", "none", "--logits", "full", "-q"};
+  ASSERT_EQ(llmrr(with(base, {"--threads", "1", "-o", a})).rc, 0);
+  ASSERT_EQ(llmrr(with(base, {"--threads", "2", "-o", b})).rc, 0);
+  CliResult coded = llmrr(with(base, {"--threads", "2", "--reference", a, "-o", c}));
+  ASSERT_EQ(coded.rc, 0) << coded.err;
+  EXPECT_TRUE(coded.err.empty()) << "-q: " << coded.err;
+  auto rb = open_reader(b);
+  auto rc = open_reader(c);
+  ASSERT_TRUE(rb && rc);
+  EXPECT_LT(rc->file_size() * 2, rb->file_size());
+  if (has_command("verify")) {
+    CliResult ver = llmrr({"verify", c});
+    EXPECT_EQ(ver.rc, 0) << ver.out << ver.err;
+  }
+  if (has_command("inspect")) EXPECT_EQ(llmrr({"inspect", c}).rc, 0);
+}
+
+}  // namespace
+}  // namespace llmrr::rectest
