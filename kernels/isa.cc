@@ -44,7 +44,9 @@ Isa clamp(Isa want) {
   return static_cast<int>(want) <= static_cast<int>(hardware()) ? want : hardware();
 }
 
-Isa from_env() { return clamp(internal::parse_isa_env(std::getenv("LLMRR_ISA"))); }
+Isa from_env() {
+  return clamp(internal::parse_isa_env(std::getenv("LLMRR_ISA")));
+}
 
 std::atomic<int> g_isa{-1};
 

@@ -72,8 +72,12 @@ float exp_f32(float x) {
   return y < kMinNormal ? 0.0f : y;
 }
 
-float rsqrt_f32(float x) { return 1.0f / std::sqrt(x); }
+float rsqrt_f32(float x) {
+  return 1.0f / std::sqrt(x);
+}
 
-float silu_f32(float x) { return x / (1.0f + exp_f32(-x)); }
+float silu_f32(float x) {
+  return x / (1.0f + exp_f32(-x));
+}
 
 }  // namespace llmrr::numerics

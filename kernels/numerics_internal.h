@@ -9,10 +9,10 @@ namespace llmrr::numerics {
 
 namespace exp_consts {
 inline constexpr float kLog2e = 1.44269504088896341f;
-inline constexpr float kLn2Hi = 0.693359375f;      // 355/512: n·kLn2Hi is exact
-inline constexpr float kLn2Lo = -2.12194440e-4f;   // ln 2 − kLn2Hi
-inline constexpr float kMinX = -104.0f;            // exp(-104) < 2^-149
-inline constexpr float kMaxX = 89.0f;              // exp(89) > FLT_MAX
+inline constexpr float kLn2Hi = 0.693359375f;         // 355/512: n·kLn2Hi is exact
+inline constexpr float kLn2Lo = -2.12194440e-4f;      // ln 2 − kLn2Hi
+inline constexpr float kMinX = -104.0f;               // exp(-104) < 2^-149
+inline constexpr float kMaxX = 89.0f;                 // exp(89) > FLT_MAX
 inline constexpr float kMinNormal = 1.17549435e-38f;  // 2^-126
 // Minimax polynomial for e^r on [-ln2/2, ln2/2] (Cephes expf), in Horner form from c7.
 inline constexpr float kC7 = 1.9875691500e-4f;

@@ -14,8 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -69,8 +69,8 @@ ThreadPool& pool_for(int threads) {
 }
 
 void set_flops(benchmark::State& st, int64_t m, int64_t n, int64_t k) {
-  st.counters["GFLOPS"] = benchmark::Counter(2.0 * m * n * k / 1e9,
-                                             benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOPS"] =
+      benchmark::Counter(2.0 * m * n * k / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_ours(benchmark::State& st, WeightType wt) {
@@ -109,9 +109,9 @@ void BM_openblas_kn(benchmark::State& st) {
   openblas_set_num_threads(static_cast<int>(st.range(3)));
   Data& d = data_for(m, n, k);
   for (auto _ : st) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
-                static_cast<int>(n), static_cast<int>(k), 1.0f, d.x.data(), static_cast<int>(k),
-                d.wt.data(), static_cast<int>(n), 0.0f, d.y.data(), static_cast<int>(n));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, d.x.data(), static_cast<int>(k), d.wt.data(),
+                static_cast<int>(n), 0.0f, d.y.data(), static_cast<int>(n));
     benchmark::ClobberMemory();
   }
   set_flops(st, m, n, k);
@@ -159,7 +159,8 @@ void BM_attention_decode(benchmark::State& st) {
   KvSeqView view{kb.data(), vb.data(), bs};
   std::vector<float> q(rows * 32 * 128, 0.1f), out(q.size());
   std::vector<AttnRow> rs(rows);
-  for (int32_t i = 0; i < rows; ++i) rs[i] = {q.data() + i * 4096, out.data() + i * 4096, &view, len - 1, len - 1};
+  for (int32_t i = 0; i < rows; ++i)
+    rs[i] = {q.data() + i * 4096, out.data() + i * 4096, &view, len - 1, len - 1};
   Plan plan;
   plan.op = OpKind::kAttention;
   plan.splits = static_cast<uint32_t>(st.range(2));
@@ -199,7 +200,8 @@ class TableReporter : public benchmark::ConsoleReporter {
       if (it == r.counters.end()) continue;
       // Non-aggregate runs (no repetitions) also count; a median overrides them.
       const std::string name = r.run_name.str();
-      if (r.run_type == Run::RT_Aggregate || !medians_.count(name)) medians_[name] = it->second.value;
+      if (r.run_type == Run::RT_Aggregate || !medians_.count(name))
+        medians_[name] = it->second.value;
     }
   }
   void Finalize() override {
@@ -231,8 +233,8 @@ class TableReporter : public benchmark::ConsoleReporter {
         if (v == v && v > best) best = v;
       }
       const double f = value("ours_f32/" + r.args), b = value("ours_bf16/" + r.args);
-      std::printf("| %ld | %ld | %ld | %ld | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f | %.2f |\n", r.t,
-                  r.m, r.n, r.k, ob, best, f, f / ob, f / best, b, b / ob);
+      std::printf("| %ld | %ld | %ld | %ld | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f | %.2f |\n",
+                  r.t, r.m, r.n, r.k, ob, best, f, f / ob, f / best, b, b / ob);
     }
     std::fflush(stdout);
   }
@@ -268,12 +270,12 @@ int main(int argc, char** argv) {
   }
   int rargc = static_cast<int>(rest.size());
   std::vector<std::vector<int64_t>> shapes;
-  const std::vector<int64_t> decode_m = quick ? std::vector<int64_t>{1, 64}
-                                              : std::vector<int64_t>{1, 4, 16, 64};
+  const std::vector<int64_t> decode_m =
+      quick ? std::vector<int64_t>{1, 64} : std::vector<int64_t>{1, 4, 16, 64};
   const std::vector<std::pair<int64_t, int64_t>> nk =
       quick ? std::vector<std::pair<int64_t, int64_t>>{{4096, 4096}}
-            : std::vector<std::pair<int64_t, int64_t>>{{1024, 1024}, {4096, 1024}, {1024, 4096},
-                                                       {4096, 4096}};
+            : std::vector<std::pair<int64_t, int64_t>>{
+                  {1024, 1024}, {4096, 1024}, {1024, 4096}, {4096, 4096}};
   for (int64_t m : decode_m)
     for (auto [n, k] : nk) shapes.push_back({m, n, k});
   for (int64_t m : quick ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 512}) {
@@ -288,14 +290,19 @@ int main(int argc, char** argv) {
       if (s[0] == 1) {
         benchmark::RegisterBenchmark("openblas_gemv", BM_openblas_gemv)->Args(args)->UseRealTime();
       }
-      benchmark::RegisterBenchmark("ours_f32", BM_ours, WeightType::kF32)->Args(args)->UseRealTime();
-      benchmark::RegisterBenchmark("ours_bf16", BM_ours, WeightType::kBF16)->Args(args)->UseRealTime();
+      benchmark::RegisterBenchmark("ours_f32", BM_ours, WeightType::kF32)
+          ->Args(args)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark("ours_bf16", BM_ours, WeightType::kBF16)
+          ->Args(args)
+          ->UseRealTime();
     }
   }
   if (ops) {
     for (int64_t splits : {1, 4}) {
       benchmark::RegisterBenchmark("rmsnorm", BM_rmsnorm)->Args({64, 4096, splits});
-      benchmark::RegisterBenchmark("attention_decode", BM_attention_decode)->Args({8, 1024, splits});
+      benchmark::RegisterBenchmark("attention_decode", BM_attention_decode)
+          ->Args({8, 1024, splits});
     }
     for (int64_t top_k : {0, 40}) {
       benchmark::RegisterBenchmark("sample", BM_sample)->Args({49152, top_k});

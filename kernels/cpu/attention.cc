@@ -96,24 +96,19 @@ struct Avx2V {
   static void attend(float* o, const float* e, int64_t n, int64_t hd, F&& v_at) {
     for (int64_t d0 = 0; d0 < hd; d0 += 64) {
       const int64_t w = std::min<int64_t>(64, hd - d0);
-      switch ((w + 7) / 8) {
-        case 1: attend_block<1>(o, e, n, d0, w, v_at); break;
-        case 2: attend_block<2>(o, e, n, d0, w, v_at); break;
-        case 3: attend_block<3>(o, e, n, d0, w, v_at); break;
-        case 4: attend_block<4>(o, e, n, d0, w, v_at); break;
-        case 5: attend_block<5>(o, e, n, d0, w, v_at); break;
-        case 6: attend_block<6>(o, e, n, d0, w, v_at); break;
-        case 7: attend_block<7>(o, e, n, d0, w, v_at); break;
-        default: attend_block<8>(o, e, n, d0, w, v_at); break;
-      }
+      using Block = void (*)(float*, const float*, int64_t, int64_t, int64_t, F&);
+      static constexpr Block kBlocks[8] = {
+          &attend_block<1, F>, &attend_block<2, F>, &attend_block<3, F>, &attend_block<4, F>,
+          &attend_block<5, F>, &attend_block<6, F>, &attend_block<7, F>, &attend_block<8, F>};
+      kBlocks[(w + 7) / 8 - 1](o, e, n, d0, w, v_at);
     }
   }
   static void scale_add(float* o, const float* p, float f, int64_t n) {
     const __m256 fv = _mm256_set1_ps(f);
     int64_t d = 0;
     for (; d + 8 <= n; d += 8) {
-      _mm256_storeu_ps(o + d, _mm256_add_ps(_mm256_loadu_ps(o + d),
-                                            _mm256_mul_ps(_mm256_loadu_ps(p + d), fv)));
+      _mm256_storeu_ps(
+          o + d, _mm256_add_ps(_mm256_loadu_ps(o + d), _mm256_mul_ps(_mm256_loadu_ps(p + d), fv)));
     }
     for (; d < n; ++d) o[d] = o[d] + p[d] * f;
   }

@@ -66,24 +66,19 @@ struct Avx512V {
   static void attend(float* o, const float* e, int64_t n, int64_t hd, F&& v_at) {
     for (int64_t d0 = 0; d0 < hd; d0 += 128) {
       const int64_t w = std::min<int64_t>(128, hd - d0);
-      switch ((w + 15) / 16) {
-        case 1: attend_block<1>(o, e, n, d0, w, v_at); break;
-        case 2: attend_block<2>(o, e, n, d0, w, v_at); break;
-        case 3: attend_block<3>(o, e, n, d0, w, v_at); break;
-        case 4: attend_block<4>(o, e, n, d0, w, v_at); break;
-        case 5: attend_block<5>(o, e, n, d0, w, v_at); break;
-        case 6: attend_block<6>(o, e, n, d0, w, v_at); break;
-        case 7: attend_block<7>(o, e, n, d0, w, v_at); break;
-        default: attend_block<8>(o, e, n, d0, w, v_at); break;
-      }
+      using Block = void (*)(float*, const float*, int64_t, int64_t, int64_t, F&);
+      static constexpr Block kBlocks[8] = {
+          &attend_block<1, F>, &attend_block<2, F>, &attend_block<3, F>, &attend_block<4, F>,
+          &attend_block<5, F>, &attend_block<6, F>, &attend_block<7, F>, &attend_block<8, F>};
+      kBlocks[(w + 15) / 16 - 1](o, e, n, d0, w, v_at);
     }
   }
   static void scale_add(float* o, const float* p, float f, int64_t n) {
     const __m512 fv = _mm512_set1_ps(f);
     int64_t d = 0;
     for (; d + 16 <= n; d += 16) {
-      _mm512_storeu_ps(o + d, _mm512_add_ps(_mm512_loadu_ps(o + d),
-                                            _mm512_mul_ps(_mm512_loadu_ps(p + d), fv)));
+      _mm512_storeu_ps(
+          o + d, _mm512_add_ps(_mm512_loadu_ps(o + d), _mm512_mul_ps(_mm512_loadu_ps(p + d), fv)));
     }
     if (d < n) {
       const __mmask16 k = first_lanes16(n - d);
@@ -95,7 +90,8 @@ struct Avx512V {
   static void divide(float* out, const float* o, float l, int64_t n) {
     const __m512 lv = _mm512_set1_ps(l);
     int64_t d = 0;
-    for (; d + 16 <= n; d += 16) _mm512_storeu_ps(out + d, _mm512_div_ps(_mm512_loadu_ps(o + d), lv));
+    for (; d + 16 <= n; d += 16)
+      _mm512_storeu_ps(out + d, _mm512_div_ps(_mm512_loadu_ps(o + d), lv));
     if (d < n) {
       const __mmask16 k = first_lanes16(n - d);
       _mm512_mask_storeu_ps(out + d, k, _mm512_div_ps(_mm512_maskz_loadu_ps(k, o + d), lv));

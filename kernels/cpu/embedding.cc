@@ -6,8 +6,8 @@
 
 namespace llmrr::kernels {
 
-void embedding(const void* table, WeightType type, int64_t vocab, int64_t dim,
-               const int32_t* ids, int64_t rows, float* out, int64_t ldo) {
+void embedding(const void* table, WeightType type, int64_t vocab, int64_t dim, const int32_t* ids,
+               int64_t rows, float* out, int64_t ldo) {
   for (int64_t r = 0; r < rows; ++r) {
     float* o = out + r * ldo;
     const int64_t id = ids[r];

@@ -16,14 +16,18 @@
 
 namespace llmrr::kernels {
 
-PackedWeight::Storage::~Storage() { ::operator delete(data, std::align_val_t(64)); }
+PackedWeight::Storage::~Storage() {
+  ::operator delete(data, std::align_val_t(64));
+}
 
 PackedWeight::PackedWeight() = default;
 PackedWeight::~PackedWeight() = default;
 PackedWeight::PackedWeight(PackedWeight&&) noexcept = default;
 PackedWeight& PackedWeight::operator=(PackedWeight&&) noexcept = default;
 
-const PackedWeight::Storage& packed_storage(const PackedWeight& w) { return *w.s_; }
+const PackedWeight::Storage& packed_storage(const PackedWeight& w) {
+  return *w.s_;
+}
 
 PackedWeight PackedWeight::pack(const float* w, int64_t n, int64_t k, WeightType type) {
   PackedWeight out;
@@ -56,7 +60,9 @@ PackedWeight PackedWeight::pack(const float* w, int64_t n, int64_t k, WeightType
   return out;
 }
 
-size_t PackedWeight::bytes() const { return s_ ? s_->bytes : 0; }
+size_t PackedWeight::bytes() const {
+  return s_ ? s_->bytes : 0;
+}
 
 float PackedWeight::at(int64_t n, int64_t k) const {
   const int64_t p = n / kPanel, j = n % kPanel;
@@ -269,9 +275,9 @@ struct GemmJob {
   float* y;
   int64_t ldy;
   const Plan* plan;
-  int64_t splits;       // ≥ 1
-  bool arrival;         // combine in plan.arrival order
-  int64_t chunk;        // split length c
+  int64_t splits;  // ≥ 1
+  bool arrival;    // combine in plan.arrival order
+  int64_t chunk;   // split length c
   int64_t rows_per_tile;
   const GemmKernels* kern;
 };
@@ -339,7 +345,8 @@ void gemm(const float* x, int64_t ldx, int64_t m, const PackedWeight& w, float* 
   // bounds: splits 0 runs as 1, an arrival list of the wrong size as fixed order.
   const int64_t splits = std::max<int64_t>(plan.splits, 1);
   j.splits = splits;
-  j.arrival = plan.order == CombineOrder::kArrival && plan.arrival.size() == static_cast<size_t>(splits);
+  j.arrival =
+      plan.order == CombineOrder::kArrival && plan.arrival.size() == static_cast<size_t>(splits);
   if (j.arrival) {
     for (uint16_t a : plan.arrival) j.arrival = j.arrival && a < splits;
   }

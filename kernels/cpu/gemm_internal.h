@@ -23,7 +23,9 @@ inline constexpr int kPanel = 32;
 inline constexpr int kMaxTileRows = 12;
 
 // Index of W[., k] column j (0..31) inside a bf16 panel.
-inline int64_t bf16_panel_index(int64_t k, int j) { return k * kPanel + (j % 16) * 2 + j / 16; }
+inline int64_t bf16_panel_index(int64_t k, int j) {
+  return k * kPanel + (j % 16) * 2 + j / 16;
+}
 
 struct PackedWeight::Storage {
   int64_t panels = 0;
@@ -44,13 +46,13 @@ const PackedWeight::Storage& packed_storage(const PackedWeight& w);
 // `np` panels q < np starting at `panel` (consecutive panels are `pstride` elements apart),
 // ldt = 32·np; t starts at +0 with one fma per k in increasing k. `panel` points at the
 // first panel's k = 0 row.
-using TileFn = void (*)(const float* x, int64_t ldx, const void* panel, int64_t pstride,
-                        int64_t k0, int64_t k1, float* t);
+using TileFn = void (*)(const float* x, int64_t ldx, const void* panel, int64_t pstride, int64_t k0,
+                        int64_t k1, float* t);
 
 struct GemmKernels {
-  int max_rows = 1;                     // largest row count with a one-panel kernel
-  int max_rows_bf16 = 0;                // the same for bf16 weights when it differs (0: same)
-  TileFn f32[kMaxTileRows + 1] = {};    // one panel, index = rows
+  int max_rows = 1;                   // largest row count with a one-panel kernel
+  int max_rows_bf16 = 0;              // the same for bf16 weights when it differs (0: same)
+  TileFn f32[kMaxTileRows + 1] = {};  // one panel, index = rows
   TileFn bf16[kMaxTileRows + 1] = {};
   // Several panels at once for few rows (GEMV-like shapes): more independent accumulators
   // per k than one 32-column panel offers. wide_panels = 0 when there is none.

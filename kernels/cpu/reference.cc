@@ -23,8 +23,12 @@ float dot16(const float* a, const float* b, int64_t n) {
 
 namespace {
 
-int64_t round_up16(int64_t v) { return (v + 15) / 16 * 16; }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up16(int64_t v) {
+  return (v + 15) / 16 * 16;
+}
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // The split order of a kGemm plan: 0..S-1, or the arrival permutation.
 std::vector<int64_t> split_order(const Plan& plan) {
@@ -78,8 +82,8 @@ void gemm(const float* x, int64_t ldx, int64_t m, const PackedWeight& w, float* 
   gemm(x, ldx, m, dense.data(), w.n(), w.k(), y, ldy, plan);
 }
 
-void rmsnorm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight,
-             float eps, float* y, int64_t ldy, const Plan& plan) {
+void rmsnorm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight, float eps,
+             float* y, int64_t ldy, const Plan& plan) {
   const int64_t c = round_up16(ceil_div(dim, plan.splits));
   for (int64_t i = 0; i < rows; ++i) {
     const float* xr = x + i * ldx;
@@ -110,8 +114,7 @@ const float* kv_at(const float* const* blocks, int32_t block_size, int64_t pos, 
 
 // Merges part states in order (plan.h): M = max m_i; l = Σ l_i·exp(m_i − M); o likewise.
 PartState merge(const std::vector<PartState>& parts, int32_t head_dim) {
-  PartState out{-std::numeric_limits<float>::infinity(), 0.0f,
-                std::vector<float>(head_dim, 0.0f)};
+  PartState out{-std::numeric_limits<float>::infinity(), 0.0f, std::vector<float>(head_dim, 0.0f)};
   for (const auto& p : parts) out.m = std::max(out.m, p.m);
   for (const auto& p : parts) {
     float f = numerics::exp_f32(p.m - out.m);
@@ -154,8 +157,7 @@ void attention(std::span<const AttnRow> rows, const AttnShape& shape, const Plan
         std::vector<PartState> parts;
         for (int64_t pi = 0; pi < nparts; ++pi) {
           int64_t a = s0 + std::min(pi * part, L), b = s0 + std::min((pi + 1) * part, L);
-          PartState st{-std::numeric_limits<float>::infinity(), 0.0f,
-                       std::vector<float>(hd, 0.0f)};
+          PartState st{-std::numeric_limits<float>::infinity(), 0.0f, std::vector<float>(hd, 0.0f)};
           std::vector<float> s;
           for (int64_t j = a; j < b; ++j) {
             const float* kj = kv_at(kv.k_blocks, kv.block_size, j, shape.kv_heads, hd, g);

@@ -10,8 +10,8 @@
 
 namespace llmrr::kernels {
 
-void rmsnorm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight,
-             float eps, float* y, int64_t ldy, const Plan& plan, ThreadPool& pool) {
+void rmsnorm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight, float eps,
+             float* y, int64_t ldy, const Plan& plan, ThreadPool& pool) {
   const bool simd = active_isa() != Isa::kScalar;
   const int64_t splits = std::max<uint32_t>(plan.splits, 1);
   const int64_t c = ((dim + splits - 1) / splits + 15) / 16 * 16;
@@ -20,7 +20,8 @@ void rmsnorm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float
     float sum = 0.0f;
     for (int64_t s = 0; s < splits; ++s) {
       const int64_t a = std::min(s * c, dim), b = std::min(a + c, dim);
-      const float chunk = simd ? dot16_avx2(xr + a, xr + a, b - a) : ref::dot16(xr + a, xr + a, b - a);
+      const float chunk =
+          simd ? dot16_avx2(xr + a, xr + a, b - a) : ref::dot16(xr + a, xr + a, b - a);
       sum = s == 0 ? chunk : sum + chunk;
     }
     const float r = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);

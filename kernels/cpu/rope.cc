@@ -17,8 +17,8 @@ RopeTable::RopeTable(int64_t head_dim, double theta, int64_t max_positions)
   for (int64_t i = 0; i < half; ++i) {
     // HF: inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in fp32.
     const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const float powv = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(theta)),
-                                                   static_cast<double>(expo)));
+    const float powv = static_cast<float>(
+        std::pow(static_cast<double>(static_cast<float>(theta)), static_cast<double>(expo)));
     const float inv_freq = 1.0f / powv;
     for (int64_t p = 0; p < max_positions; ++p) {
       const float angle = static_cast<float>(p) * inv_freq;

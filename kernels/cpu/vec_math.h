@@ -71,8 +71,7 @@ inline float dot16_avx2(const float* a, const float* b, int64_t n) {
     const int64_t rest = n - i;
     const __m256i m0 = first_lanes8(rest), m1 = first_lanes8(rest - 8);
     lo = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m0), _mm256_maskload_ps(b + i, m0), lo);
-    hi = _mm256_fmadd_ps(_mm256_maskload_ps(a + i + 8, m1), _mm256_maskload_ps(b + i + 8, m1),
-                         hi);
+    hi = _mm256_fmadd_ps(_mm256_maskload_ps(a + i + 8, m1), _mm256_maskload_ps(b + i + 8, m1), hi);
   }
   return halving16(lo, hi);
 }

@@ -57,7 +57,8 @@ inline float halving16(__m512 s) {
 inline float dot16_avx512(const float* a, const float* b, int64_t n) {
   __m512 s = _mm512_setzero_ps();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s);
+  for (; i + 16 <= n; i += 16)
+    s = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s);
   if (i < n) {
     const __mmask16 m = first_lanes16(n - i);
     s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s);

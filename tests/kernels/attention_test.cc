@@ -176,16 +176,16 @@ TEST(Attention, MatchesReferenceBitsAndFp64EveryPlanIsaThreadCount) {
   // Three sequences; rows at many positions, some with a cached prefix, one at pos 0.
   const std::vector<int32_t> lengths = {131, 40, 9};
   const std::vector<RowSpec> specs = {
-      {0, 0, 0},    {0, 130, 120}, {1, 39, 39}, {2, 8, 0},  {1, 17, 5},
-      {0, 64, 64},  {2, 3, 4},     {0, 129, 0}, {1, 1, 1},  {0, 100, 37},
+      {0, 0, 0},   {0, 130, 120}, {1, 39, 39}, {2, 8, 0}, {1, 17, 5},
+      {0, 64, 64}, {2, 3, 4},     {0, 129, 0}, {1, 1, 1}, {0, 100, 37},
   };
   for (const AttnCase& c : cases) {
     PagedKv kv(rng, c.shape, c.block_size, lengths);
     Batch base = make_batch(rng, kv, c.shape, specs);
     for (const Plan& plan : all_attention_plans()) {
-      SCOPED_TRACE(::testing::Message() << "heads " << c.shape.heads << "/" << c.shape.kv_heads
-                                        << " hd " << c.shape.head_dim << " "
-                                        << plan_to_string(plan));
+      SCOPED_TRACE(::testing::Message()
+                   << "heads " << c.shape.heads << "/" << c.shape.kv_heads << " hd "
+                   << c.shape.head_dim << " " << plan_to_string(plan));
       Batch want = base;
       for (size_t i = 0; i < specs.size(); ++i) {
         want.rows[i].q = want.q.data() + (base.rows[i].q - base.q.data());
@@ -281,14 +281,15 @@ TEST(Attention, RowIndependentOfOtherRowsInTheCall) {
         for (size_t at : {size_t{0}, n - 1}) {
           std::vector<RowSpec> specs;
           for (size_t i = 0; i < n; ++i) {
-            specs.push_back(i == at ? target : RowSpec{i % 2, static_cast<int32_t>(i * 7 % 50),
-                                                       static_cast<int32_t>(i % 3)});
+            specs.push_back(i == at ? target
+                                    : RowSpec{i % 2, static_cast<int32_t>(i * 7 % 50),
+                                              static_cast<int32_t>(i % 3)});
           }
           Batch b = make_batch(rng, kv, shape, specs);
           std::copy(alone.q.begin(), alone.q.end(), b.q.begin() + at * alone.q.size());
           attention(b.rows, shape, plan, *pools()[n % 4]);
-          ASSERT_TRUE(same_bits(b.out.data() + at * alone.out.size(), alone.out.data(),
-                                alone.out.size()))
+          ASSERT_TRUE(
+              same_bits(b.out.data() + at * alone.out.size(), alone.out.data(), alone.out.size()))
               << isa_name(isa) << " n=" << n << " at=" << at << " " << plan_to_string(plan);
         }
       }

@@ -17,7 +17,9 @@
 
 namespace llmrr {
 // gtest prints parameters with this (found by argument-dependent lookup).
-inline void PrintTo(const Plan& p, std::ostream* os) { *os << plan_to_string(p); }
+inline void PrintTo(const Plan& p, std::ostream* os) {
+  *os << plan_to_string(p);
+}
 }  // namespace llmrr
 
 namespace llmrr::kernels::testing {
@@ -41,11 +43,27 @@ struct Shape {
 };
 
 const Shape kShapes[] = {
-    {1, 1, 1},   {1, 32, 16},  {1, 33, 17},  {2, 5, 100},  {3, 64, 64},   {5, 31, 257},
-    {6, 32, 48}, {7, 65, 33},  {8, 100, 31}, {13, 47, 128}, {17, 96, 200}, {0, 10, 10},
-    {4, 10, 0},  {25, 40, 1},  {12, 64, 96}, {9, 130, 160},
+    {1, 1, 1},
+    {1, 32, 16},
+    {1, 33, 17},
+    {2, 5, 100},
+    {3, 64, 64},
+    {5, 31, 257},
+    {6, 32, 48},
+    {7, 65, 33},
+    {8, 100, 31},
+    {13, 47, 128},
+    {17, 96, 200},
+    {0, 10, 10},
+    {4, 10, 0},
+    {25, 40, 1},
+    {12, 64, 96},
+    {9, 130, 160},
     // One or two rows over many panels: the wide GEMV kernels, with partial groups.
-    {1, 300, 70}, {2, 257, 129}, {1, 128, 33}, {2, 1000, 40},
+    {1, 300, 70},
+    {2, 257, 129},
+    {1, 128, 33},
+    {2, 1000, 40},
 };
 
 std::vector<Plan> all_plans() {
@@ -86,9 +104,9 @@ TEST_P(GemmPlanTest, MatchesReferenceBitsAndFp64EveryIsaEveryThreadCount) {
   std::mt19937 rng(1234);
   for (const Shape& s : kShapes) {
     for (WeightType wt : {WeightType::kF32, WeightType::kBF16}) {
-      SCOPED_TRACE(::testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k
-                                        << (wt == WeightType::kBF16 ? " bf16" : " f32") << " "
-                                        << plan_to_string(plan));
+      SCOPED_TRACE(::testing::Message()
+                   << "m=" << s.m << " n=" << s.n << " k=" << s.k
+                   << (wt == WeightType::kBF16 ? " bf16" : " f32") << " " << plan_to_string(plan));
       // Strided x and y, with sentinels in the gaps that must survive.
       const int64_t ldx = s.k + 3, ldy = s.n + 5;
       auto x = random_vec(rng, s.m * ldx + 1);
@@ -110,9 +128,8 @@ TEST_P(GemmPlanTest, MatchesReferenceBitsAndFp64EveryIsaEveryThreadCount) {
           std::vector<float> got(want.size(), 7.0f);
           gemm(x.data(), ldx, s.m, w, got.data(), ldy, plan, *pool);
           const int64_t d = first_diff(got.data(), want.data(), got.size());
-          ASSERT_EQ(d, -1) << isa_name(isa) << " threads=" << pool->size() << " first diff at "
-                           << d << ": " << (d >= 0 ? got[d] : 0) << " vs "
-                           << (d >= 0 ? want[d] : 0);
+          ASSERT_EQ(d, -1) << isa_name(isa) << " threads=" << pool->size() << " first diff at " << d
+                           << ": " << (d >= 0 ? got[d] : 0) << " vs " << (d >= 0 ? want[d] : 0);
         }
       }
     }
@@ -121,8 +138,8 @@ TEST_P(GemmPlanTest, MatchesReferenceBitsAndFp64EveryIsaEveryThreadCount) {
 
 INSTANTIATE_TEST_SUITE_P(Plans, GemmPlanTest, ::testing::ValuesIn(all_plans()),
                          [](const ::testing::TestParamInfo<Plan>& info) {
-                           std::string s = "splits" + std::to_string(info.param.splits) +
-                                           "_ktile" + std::to_string(info.param.k_tile);
+                           std::string s = "splits" + std::to_string(info.param.splits) + "_ktile" +
+                                           std::to_string(info.param.k_tile);
                            if (info.param.order == CombineOrder::kArrival) s += "_arrival";
                            return s;
                          });
@@ -196,12 +213,12 @@ TEST(Gemm, ArrivalOrderCombinesPartialsExactlyAsListed) {
     EXPECT_EQ(bits(y), bits(r)) << plan_to_string(p);
     return y;
   };
-  EXPECT_EQ(run(gemm_plan(3, 0)), 1.0f);              // (1e8 + −1e8) + 1
+  EXPECT_EQ(run(gemm_plan(3, 0)), 1.0f);  // (1e8 + −1e8) + 1
   EXPECT_EQ(run(gemm_plan(3, 0, {0, 1, 2})), 1.0f);
-  EXPECT_EQ(run(gemm_plan(3, 0, {2, 0, 1})), 0.0f);   // (1 + 1e8) + −1e8
-  EXPECT_EQ(run(gemm_plan(3, 0, {0, 2, 1})), 0.0f);   // (1e8 + 1) + −1e8
-  EXPECT_EQ(run(gemm_plan(3, 0, {1, 0, 2})), 1.0f);   // (−1e8 + 1e8) + 1
-  EXPECT_EQ(run(gemm_plan(1, 0)), 1.0f);              // sequential: (1e8 − 1e8) + 1
+  EXPECT_EQ(run(gemm_plan(3, 0, {2, 0, 1})), 0.0f);  // (1 + 1e8) + −1e8
+  EXPECT_EQ(run(gemm_plan(3, 0, {0, 2, 1})), 0.0f);  // (1e8 + 1) + −1e8
+  EXPECT_EQ(run(gemm_plan(3, 0, {1, 0, 2})), 1.0f);  // (−1e8 + 1e8) + 1
+  EXPECT_EQ(run(gemm_plan(1, 0)), 1.0f);             // sequential: (1e8 − 1e8) + 1
   // k-tiles of 16 inside one split: p = ((0 + t0) + t1) + t2, the same as fixed here.
   EXPECT_EQ(run(gemm_plan(1, 16)), 1.0f);
   // Put the 1 first: sequential fma absorbs it, tiles of 16 do too, order 2 splits differ.

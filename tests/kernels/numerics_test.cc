@@ -31,22 +31,21 @@ TEST(Bf16, RoundsToNearestEven) {
     uint16_t out;
   };
   const Case cases[] = {
-      {0x3f800000u, 0x3f80},  // 1.0 exact
-      {0x3f808000u, 0x3f80},  // tie, lower kept bit even → down
-      {0x3f818000u, 0x3f82},  // tie, lower kept bit odd → up
-      {0x3f807fffu, 0x3f80},  // just below the tie
-      {0x3f808001u, 0x3f81},  // just above the tie
-      {0xbf808000u, 0xbf80},  // negative tie → even
-      {0xbf818000u, 0xbf82},
-      {0x7f7fffffu, 0x7f80},  // FLT_MAX rounds to inf
-      {0x7f7f7fffu, 0x7f7f},  // largest value that stays finite
-      {0x7f800000u, 0x7f80},  // inf
-      {0xff800000u, 0xff80},  // -inf
-      {0x00000000u, 0x0000},  // +0
-      {0x80000000u, 0x8000},  // -0
-      {0x00008000u, 0x0000},  // subnormal tie → even (zero)
-      {0x00018000u, 0x0002},  // subnormal tie → even (up)
-      {0x00010001u, 0x0001},  // subnormal below tie
+      {0x3f800000u, 0x3f80},                         // 1.0 exact
+      {0x3f808000u, 0x3f80},                         // tie, lower kept bit even → down
+      {0x3f818000u, 0x3f82},                         // tie, lower kept bit odd → up
+      {0x3f807fffu, 0x3f80},                         // just below the tie
+      {0x3f808001u, 0x3f81},                         // just above the tie
+      {0xbf808000u, 0xbf80},                         // negative tie → even
+      {0xbf818000u, 0xbf82}, {0x7f7fffffu, 0x7f80},  // FLT_MAX rounds to inf
+      {0x7f7f7fffu, 0x7f7f},                         // largest value that stays finite
+      {0x7f800000u, 0x7f80},                         // inf
+      {0xff800000u, 0xff80},                         // -inf
+      {0x00000000u, 0x0000},                         // +0
+      {0x80000000u, 0x8000},                         // -0
+      {0x00008000u, 0x0000},                         // subnormal tie → even (zero)
+      {0x00018000u, 0x0002},                         // subnormal tie → even (up)
+      {0x00010001u, 0x0001},                         // subnormal below tie
       {0x007fffffu, 0x0080},  // largest subnormal rounds up to the smallest normal
       {0x80018000u, 0x8002},  // negative subnormal tie
   };
@@ -144,19 +143,19 @@ TEST(Exp, SpecialValues) {
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_EQ(bits(exp_f32(0.0f)), bits(1.0f));
   EXPECT_EQ(bits(exp_f32(-0.0f)), bits(1.0f));
-  EXPECT_EQ(exp_f32(1e-45f), 1.0f);   // subnormal input
+  EXPECT_EQ(exp_f32(1e-45f), 1.0f);  // subnormal input
   EXPECT_EQ(exp_f32(-1e-45f), 1.0f);
   EXPECT_EQ(exp_f32(-inf), 0.0f);
   EXPECT_FALSE(std::signbit(exp_f32(-inf)));
   EXPECT_EQ(exp_f32(inf), inf);
   EXPECT_TRUE(std::isnan(exp_f32(std::numeric_limits<float>::quiet_NaN())));
   EXPECT_TRUE(std::isnan(exp_f32(-std::numeric_limits<float>::quiet_NaN())));
-  EXPECT_EQ(exp_f32(88.73f), inf);     // just past ln(FLT_MAX)
+  EXPECT_EQ(exp_f32(88.73f), inf);  // just past ln(FLT_MAX)
   EXPECT_EQ(exp_f32(1000.0f), inf);
   EXPECT_EQ(exp_f32(3e38f), inf);
   EXPECT_TRUE(std::isfinite(exp_f32(88.72f)));
   EXPECT_GT(exp_f32(88.72f), 3.3e38f);
-  EXPECT_EQ(exp_f32(-88.0f), 0.0f);    // e^-88 is subnormal: flushed
+  EXPECT_EQ(exp_f32(-88.0f), 0.0f);  // e^-88 is subnormal: flushed
   EXPECT_EQ(exp_f32(-103.0f), 0.0f);
   EXPECT_EQ(exp_f32(-1000.0f), 0.0f);
   EXPECT_EQ(exp_f32(-3e38f), 0.0f);
@@ -173,7 +172,8 @@ TEST(Exp, SimdPathsMatchScalarBitForBit) {
   IsaGuard guard;
   // A strided sweep of all bit patterns plus dense windows around the thresholds.
   std::vector<float> xs;
-  for (uint64_t u = 0; u <= 0xffffffffull; u += 1021) xs.push_back(from_bits(static_cast<uint32_t>(u)));
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 1021)
+    xs.push_back(from_bits(static_cast<uint32_t>(u)));
   for (float c : {-104.0f, -103.97f, -87.34f, -87.33f, -88.0f, 88.72f, 88.73f, 89.0f, 0.0f,
                   0.3465736f, -0.3465736f}) {
     uint32_t b = bits(c);

@@ -26,8 +26,8 @@ TEST(RmsNorm, MatchesReferenceBitsAndFp64EveryIsaEveryThreadCount) {
   for (int64_t dim : {1, 7, 15, 16, 17, 33, 64, 100, 576, 4096}) {
     for (int64_t rows : {1, 3, 8, 70}) {
       for (uint32_t splits : {1u, 2u, 3u, 4u, 7u, 300u}) {
-        SCOPED_TRACE(::testing::Message() << "dim=" << dim << " rows=" << rows
-                                          << " splits=" << splits);
+        SCOPED_TRACE(::testing::Message()
+                     << "dim=" << dim << " rows=" << rows << " splits=" << splits);
         const Plan plan = norm_plan(splits);
         const int64_t ldx = dim + 2, ldy = dim + 3;
         auto x = random_vec(rng, rows * ldx, 3.0f);
@@ -37,7 +37,8 @@ TEST(RmsNorm, MatchesReferenceBitsAndFp64EveryIsaEveryThreadCount) {
         ref::rmsnorm(x.data(), ldx, rows, dim, w.data(), eps, want.data(), ldy, plan);
         for (int64_t i = 0; i < rows; ++i) {
           double ss = 0.0;
-          for (int64_t d = 0; d < dim; ++d) ss += static_cast<double>(x[i * ldx + d]) * x[i * ldx + d];
+          for (int64_t d = 0; d < dim; ++d)
+            ss += static_cast<double>(x[i * ldx + d]) * x[i * ldx + d];
           const double r = 1.0 / std::sqrt(ss / dim + eps);
           for (int64_t d = 0; d < dim; ++d) {
             const double y64 = w[d] * (x[i * ldx + d] * r);

@@ -68,7 +68,7 @@ TEST(SwiGlu, MatchesScalarDefinitionEveryIsaAndFp64) {
   for (int64_t cols : {1, 7, 8, 9, 100, 1000}) {
     const int64_t rows = 5, ld = cols + 3;
     auto g = random_vec(rng, rows * ld, 4.0f), u = random_vec(rng, rows * ld);
-    g[0] = 90.0f;   // exp(−g) tiny
+    g[0] = 90.0f;                 // exp(−g) tiny
     if (cols > 1) g[1] = -95.0f;  // exp(−g) = inf → silu = −0
     std::vector<float> want(rows * ld, 1.0f);
     for (int64_t r = 0; r < rows; ++r)
@@ -133,7 +133,8 @@ TEST(MoeCombine, MatchesReferenceAndFp64WithDropsAndArrivalOrder) {
         double w64 = 0, mag = 0;
         for (int i = 0; i < k; ++i) {
           if (src[r * k + i] < 0) continue;
-          const double t = static_cast<double>(gates[r * k + i]) * ex[src[r * k + i] * (dim + 1) + d];
+          const double t =
+              static_cast<double>(gates[r * k + i]) * ex[src[r * k + i] * (dim + 1) + d];
           w64 += t;
           mag += std::fabs(t);
         }
@@ -162,9 +163,9 @@ TEST(MoeCombine, ArrivalOrderPermutesSlotsExactly) {
     moe_combine(ex.data(), 1, src.data(), gates.data(), 1, k, 1, &out, 1, p, ThreadPool::serial());
     return out;
   };
-  EXPECT_EQ(run(combine_plan()), 1.0f);             // fma(1,1,fma(−1e8,1,fma(1e8,1,0)))
+  EXPECT_EQ(run(combine_plan()), 1.0f);  // fma(1,1,fma(−1e8,1,fma(1e8,1,0)))
   EXPECT_EQ(run(combine_plan({0, 1, 2})), 1.0f);
-  EXPECT_EQ(run(combine_plan({2, 0, 1})), 0.0f);    // 1 absorbed into 1e8
+  EXPECT_EQ(run(combine_plan({2, 0, 1})), 0.0f);  // 1 absorbed into 1e8
   EXPECT_EQ(run(combine_plan({1, 2, 0})), 0.0f);
   EXPECT_EQ(run(combine_plan({1, 0, 2})), 1.0f);
   // A dropped slot is skipped, whatever its gate.

@@ -24,8 +24,8 @@ void gemm(const float* x, int64_t ldx, int64_t m, const float* w, int64_t n, int
 void gemm(const float* x, int64_t ldx, int64_t m, const PackedWeight& w, float* y, int64_t ldy,
           const Plan& plan);
 
-void rmsnorm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight,
-             float eps, float* y, int64_t ldy, const Plan& plan);
+void rmsnorm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight, float eps,
+             float* y, int64_t ldy, const Plan& plan);
 
 void attention(std::span<const AttnRow> rows, const AttnShape& shape, const Plan& plan);
 
