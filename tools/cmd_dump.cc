@@ -121,7 +121,10 @@ json step_json(const StepRecord& s) {
 template <typename T>
 std::string list_text(const std::vector<T>& v, size_t max = 16) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size() && i < max; ++i) s += (i ? " " : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size() && i < max; ++i) {
+    if (i) s += ' ';
+    s += std::to_string(v[i]);
+  }
   if (v.size() > max) s += " ... (" + std::to_string(v.size()) + ")";
   return s + "]";
 }

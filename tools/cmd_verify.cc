@@ -40,9 +40,14 @@ int run_verify_command(int argc, char** argv) {
         ": incomplete trace: expected a footer and trailer at the end, found none (the writer "
         "was killed or ran out of space); ";
     // The scan's findings say where the file ends: the torn frame, if any.
+    // (Matched after the path, which may itself contain any word.)
     std::string detail;
-    for (const std::string& w : rd.warnings())
-      if (w.find("torn") != std::string::npos || w.find("trailer") != std::string::npos) detail = w;
+    for (const std::string& w : rd.warnings()) {
+      const std::string body = w.rfind(path, 0) == 0 ? w.substr(path.size()) : w;
+      if (detail.empty() &&
+          (body.find("torn") != std::string::npos || body.find("trailer") != std::string::npos))
+        detail = w;
+    }
     if (detail.empty() && !rd.warnings().empty()) detail = rd.warnings().back();
     why += detail.empty() ? "the frames before the end are valid" : detail;
     why += " (llmrr verify --allow-incomplete accepts it)";
