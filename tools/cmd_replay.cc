@@ -1,0 +1,82 @@
+// llmrr replay TRACE: re-execute a recorded run from the trace and the model alone, with the
+// recorded schedule, plans (arrival orders included) and routing forced, and check every
+// fingerprint, logit record and token. Exit 0 bit-exact, 1 at the first mismatch (printed
+// with step, request, position, site, expected vs found), 2 bad input (wrong model: the
+// weight hashes differ), 3 internal error.
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/cli.h"
+#include "llmrr/replayer/replay.h"
+
+int run_replay_command(int argc, char** argv) {
+  using namespace llmrr;
+  CLI::App app{"Replay a trace bit for bit and check everything it recorded.", "replay"};
+  std::string path;
+  replay::ReplayOptions o;
+  int64_t request = -1;
+  std::vector<std::string> materialize;
+  bool json = false;
+  app.add_option("TRACE", path, "trace file (.trace)")->required();
+  app.add_option("--model", o.model,
+                 "model (builtin:<name>, safetensors directory, .gguf); default: as recorded");
+  app.add_option("--threads", o.threads, "CPU threads (never changes a result; default: cores, "
+                                         "at most 8)");
+  app.add_option("--request", request,
+                 "replay this request alone: only its rows are computed, from the recorded plans "
+                 "and routing (no other request's prompt is needed)");
+  app.add_option("--materialize", materialize,
+                 "regenerate full tensors as .npy: SITE@STEP (every row of the site at that step, "
+                 "e.g. L3.moe.combine@17) or logits@STEP (full logits of the sampled rows); "
+                 "repeatable");
+  app.add_option("-o,--output", o.out_dir, "directory for --materialize files");
+  app.add_flag("--check-routing", o.check_routing,
+               "recompute routing instead of forcing it; report the first token whose experts "
+               "differ");
+  app.add_flag("--json", json, "print the report as one JSON object");
+  app.footer(
+      "Examples:\n"
+      "  llmrr replay run.trace\n"
+      "  LLMRR_ISA=avx2 llmrr replay run.trace --threads 1\n"
+      "  llmrr replay run.trace --request 0\n"
+      "  llmrr replay run.trace --materialize L1.moe.combine@3 --materialize logits@3 -o out/\n"
+      "\n"
+      "Exit codes: 0 bit-exact, 1 mismatch, 2 bad input (unreadable trace, wrong model), "
+      "3 internal error.");
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (request >= 0) o.request = static_cast<RequestId>(request);
+  for (const std::string& m : materialize) {
+    Result<replay::MaterializeSpec> spec = replay::parse_materialize(m);
+    if (!spec.ok()) return cli::report("replay", spec.status());
+    o.materialize.push_back(*spec);
+  }
+  if (!materialize.empty() && o.out_dir.empty()) {
+    return cli::report("replay", make_error(ErrorCode::kInvalidArgument,
+                                            "--materialize needs -o DIR"));
+  }
+  if (materialize.empty() && !o.out_dir.empty()) {
+    cli::warn("replay", "-o without --materialize: nothing will be written");
+  }
+  if (o.threads < 0) {
+    return cli::report("replay", make_error(ErrorCode::kInvalidArgument,
+                                            "--threads must be >= 0"));
+  }
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  if (tty && !json) {
+    o.progress = [](int64_t step, int64_t done) {
+      if (done % 16 == 0) std::fprintf(stderr, "\rreplaying step %lld", static_cast<long long>(step));
+    };
+  }
+  Result<replay::ReplayReport> r = replay::replay_trace(path, o);
+  if (tty && !json) std::fprintf(stderr, "\r\033[K");
+  if (!r.ok()) return cli::report("replay", r.status());
+  if (json) {
+    std::printf("%s\n", replay::replay_report_json(*r).c_str());
+  } else {
+    std::fputs(replay::format_replay_report(*r).c_str(), stdout);
+  }
+  return r->bit_exact() ? 0 : 1;
+}
