@@ -20,13 +20,16 @@
 
 namespace llmrr::kernels::attn {
 
-// Primitives a backend provides:
+// Primitives a backend provides (each output follows exactly ref::attention's operations):
 //   float dot16(const float* a, const float* b, int64_t n)        ref::dot16
-//   void dot16x4(const float* q, const float* const* k, int64_t n, float* out)
-//       out[i] = dot16(q, k[i], n) for i < 4 (four independent chains in flight)
+//   void dot_block(int hb, int jb, const float* q, const float* const* k, int64_t n,
+//                  float* out)
+//       out[i·jb + t] = dot16(q + i·n, k[t], n) for i < hb heads, t < jb positions
+//       (hb·jb ≤ 4: four independent chains in flight)
 //   void exp_shift(float* s, int64_t n, float m)                  s[j] = exp(s[j] − m)
-//   void attend(float* o, const float* e, int64_t n, int64_t hd, F v_at)
-//       for j < n (in order), for d < hd: o[d] = fma(e[j], v_at(j)[d], o[d])
+//   void attend(int hb, float* o, const float* e, int64_t es, int64_t n, int64_t hd, F v_at)
+//       for i < hb heads, for j < n (in order), for d < hd:
+//       o[i·hd + d] = fma(e[i·es + j], v_at(j)[d], o[i·hd + d])
 //   void scale_add(float* o, const float* p, float f, int64_t n)  o[d] = o[d] + p[d]·f
 //   void divide(float* out, const float* o, float l, int64_t n)   out[d] = o[d] / l
 
@@ -129,27 +132,36 @@ void row_group(const AttnRow& row, int32_t g, const AttnShape& shape, const Plan
       const int64_t n = b - a;
       const int64_t slot = base + pi;
       float* po = dst.o.data() + slot * group * hd;
-      for (int32_t h = 0; h < group; ++h) {
-        float* s = sc.scores.data() + h * sstride;
-        const float* q = q0 + h * hd;
-        float m = -std::numeric_limits<float>::infinity();
+      // Scores of up to 4 heads per pass over K, four dot chains in flight (heads ×
+      // positions), each a plain dot16; then per head m, exp, l in position order.
+      for (int32_t h0 = 0; h0 < group; h0 += 4) {
+        const int hb = std::min<int32_t>(4, group - h0);
+        const int jb = hb == 1 ? 4 : (hb == 2 ? 2 : 1);
+        const float* q = q0 + h0 * hd;
+        float* s0 = sc.scores.data() + h0 * sstride;
         int64_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-          if (h == 0) {
-            for (int64_t t = j + 4; t < std::min(j + 8, n); ++t) prefetch_row(k_at(a + t), hd);
+        for (; j + jb <= n; j += jb) {
+          if (h0 == 0) {
+            for (int64_t t = j + 4; t < std::min(j + 4 + jb, n); ++t) prefetch_row(k_at(a + t), hd);
           }
-          const float* ks[4] = {k_at(a + j), k_at(a + j + 1), k_at(a + j + 2), k_at(a + j + 3)};
+          const float* ks[4];
+          for (int t = 0; t < jb; ++t) ks[t] = k_at(a + j + t);
           float d[4];
-          V::dot16x4(q, ks, hd, d);
-          for (int t = 0; t < 4; ++t) {
-            s[j + t] = d[t] * shape.scale;
-            m = std::max(m, s[j + t]);
-          }
+          V::dot_block(hb, jb, q, ks, hd, d);
+          for (int i = 0; i < hb; ++i)
+            for (int t = 0; t < jb; ++t) s0[i * sstride + j + t] = d[i * jb + t] * shape.scale;
         }
         for (; j < n; ++j) {
-          s[j] = V::dot16(q, k_at(a + j), hd) * shape.scale;
-          m = std::max(m, s[j]);
+          const float* kj = k_at(a + j);
+          for (int i = 0; i < hb; ++i) {
+            s0[i * sstride + j] = V::dot16(q + i * hd, kj, hd) * shape.scale;
+          }
         }
+      }
+      for (int32_t h = 0; h < group; ++h) {
+        float* s = sc.scores.data() + h * sstride;
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
         V::exp_shift(s, n, m);
         float l = 0.0f;
         for (int64_t j = 0; j < n; ++j) l = l + s[j];
@@ -157,11 +169,14 @@ void row_group(const AttnRow& row, int32_t g, const AttnShape& shape, const Plan
         dst.l[slot * group + h] = l;
         std::fill(po + h * hd, po + (h + 1) * hd, 0.0f);
       }
-      for (int32_t h = 0; h < group; ++h) {
-        V::attend(po + h * hd, sc.scores.data() + h * sstride, n, hd, [&](int64_t j) {
-          if (h == 0 && j + 4 < n) prefetch_row(v_at(a + j + 4), hd);
-          return v_at(a + j);
-        });
+      // o for up to 4 heads per pass over V.
+      for (int32_t h0 = 0; h0 < group; h0 += 4) {
+        const int hb = std::min<int32_t>(4, group - h0);
+        V::attend(hb, po + h0 * hd, sc.scores.data() + h0 * sstride, sstride, n, hd,
+                  [&](int64_t j) {
+                    if (h0 == 0 && j + 4 < n) prefetch_row(v_at(a + j + 4), hd);
+                    return v_at(a + j);
+                  });
       }
     }
     if (nparts > 1) merge<V>(sc.parts, nparts, group, hd, sc.seqs, si);
