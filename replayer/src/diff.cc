@@ -1099,8 +1099,8 @@ std::string format_diff_story(const DiffReport& r, int max_explained) {
       }
     }
     if (d.split_position >= 0) {
-      out += "  Logits first differ at " + position_kind(d, d.split_position) + " (" +
-             step_pair(d.split_step_a, d.split_step_b) + "): " + fp_dist(d.logits_a, d.logits_b);
+      out += "  Logits first differ at " + position_kind(d, d.split_position) + ", " +
+             step_pair(d.split_step_a, d.split_step_b) + ": " + fp_dist(d.logits_a, d.logits_b);
       if (d.logits_top_common > 0) {
         out += ", top-K values differ by up to " + g3(d.logits_top_max_delta);
       }
