@@ -218,7 +218,7 @@ TEST(Attention, RandomBatchesAndPlansMatchReference) {
   std::mt19937 rng(4242);
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   for (int c = 0; c < 60; ++c) {
-    const int32_t kvh = uni(1, 3), group = uni(1, 3), hd = 2 * uni(1, 40);
+    const int32_t kvh = uni(1, 3), group = uni(1, 6), hd = 2 * uni(1, 72);
     const AttnShape shape{kvh * group, kvh, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
     std::vector<int32_t> lengths(uni(1, 3));
     for (auto& l : lengths) l = uni(1, 90);
