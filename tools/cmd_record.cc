@@ -92,8 +92,9 @@ class Progress : public Observer {
     std::string bar(static_cast<size_t>(fill), '#');
     bar.resize(width, '.');
     double secs = std::chrono::duration<double>(last_ - start_).count();
-    std::fprintf(stderr, "\r\033[K[%s] step %" PRId64 ", %" PRId64 "/%" PRId64
-                         " tokens, %.0f tok/s, %.1f KiB",
+    std::fprintf(stderr,
+                 "\r\033[K[%s] step %" PRId64 ", %" PRId64 "/%" PRId64
+                 " tokens, %.0f tok/s, %.1f KiB",
                  bar.c_str(), step, tokens_, budget_, secs > 0 ? tokens_ / secs : 0.0,
                  rec_->stats().file_bytes / 1024.0);
     drawn_ = true;
@@ -110,9 +111,12 @@ class Progress : public Observer {
 
 const char* arch_name(Arch a) {
   switch (a) {
-    case Arch::kLlama: return "llama";
-    case Arch::kMixtral: return "mixtral";
-    case Arch::kQwen2Moe: return "qwen2_moe";
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kMixtral:
+      return "mixtral";
+    case Arch::kQwen2Moe:
+      return "qwen2_moe";
   }
   return "unknown";
 }
@@ -155,8 +159,8 @@ struct RecordOptions {
 // keys the replayer reads (dtype, weight_type, bf16_activations, scoring, attn_split,
 // overflow, capacity_factor) plus the exact command-line values ("engine_options").
 trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& ro,
-                             const cli::EngineSetup& s, const Engine& engine, int argc,
-                             char** argv, const std::string& reference_run_id) {
+                             const cli::EngineSetup& s, const Engine& engine, int argc, char** argv,
+                             const std::string& reference_run_id) {
   trace::RunHeader h = base_run_header();
   const LoadedModel& m = s.model;
   const ModelConfig& mc = engine.model_config();  // overrides applied
@@ -252,8 +256,7 @@ trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& r
 }  // namespace
 
 int run_record_command(int argc, char** argv) {
-  CLI::App app{
-      "llmrr record: run the engine (as llmrr run) and record every step into a trace"};
+  CLI::App app{"llmrr record: run the engine (as llmrr run) and record every step into a trace"};
   app.name("llmrr record");
   app.footer(
       "\nExamples:\n"
@@ -312,7 +315,8 @@ int run_record_command(int argc, char** argv) {
   if (ro.logits_top_k < 0 || ro.logits_top_k > 65536) {
     return usage_error("--logits-top-k must be in [0, 65536]");
   }
-  if (ro.zstd_level < 0 || ro.zstd_level > 19) return usage_error("--zstd-level must be in [0, 19]");
+  if (ro.zstd_level < 0 || ro.zstd_level > 19)
+    return usage_error("--zstd-level must be in [0, 19]");
   rec_opts.top_k = ro.logits_top_k;
   rec_opts.writer.zstd_level = ro.zstd_level;
   const bool from_file = !ro.requests.empty();

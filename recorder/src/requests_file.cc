@@ -85,9 +85,9 @@ class LineParser {
   int64_t line_;
 };
 
-const char* const kFields[] = {"id",    "prompt", "prompt_ids",   "max_tokens", "temperature",
-                               "top_k", "top_p",  "seed",         "arrival_step",
-                               "label", "stop_at_eos"};
+const char* const kFields[] = {"id",           "prompt", "prompt_ids", "max_tokens",
+                               "temperature",  "top_k",  "top_p",      "seed",
+                               "arrival_step", "label",  "stop_at_eos"};
 
 }  // namespace
 
@@ -137,8 +137,8 @@ Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std
     r.sampling = defaults.sampling;
 
     int64_t id = static_cast<int64_t>(out.size());
-    RETURN_IF_ERROR(p.get_int(obj, "id", 0, std::numeric_limits<int64_t>::max(), &id,
-                              "an unsigned integer"));
+    RETURN_IF_ERROR(
+        p.get_int(obj, "id", 0, std::numeric_limits<int64_t>::max(), &id, "an unsigned integer"));
     r.id = static_cast<RequestId>(id);
     if (auto prev = id_lines.find(r.id); prev != id_lines.end()) {
       return p.error("field 'id': id " + std::to_string(r.id) + " is already used on line " +
@@ -179,10 +179,10 @@ Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std
       const std::string s = t.get<std::string>();
       if (s.empty()) return p.field_error("prompt", "a non-empty string", t);
       if (ctx.tokenizer == nullptr) {
-        return p.error("field 'prompt': the model has no usable tokenizer" +
-                       (ctx.tokenizer_note.empty() ? std::string()
-                                                   : " (" + ctx.tokenizer_note + ")") +
-                       "; use 'prompt_ids'");
+        return p.error(
+            "field 'prompt': the model has no usable tokenizer" +
+            (ctx.tokenizer_note.empty() ? std::string() : " (" + ctx.tokenizer_note + ")") +
+            "; use 'prompt_ids'");
       }
       r.prompt = ctx.tokenizer->encode(ctx.chat ? ctx.tokenizer->chat_prompt(s) : s);
       if (r.prompt.empty()) return p.error("field 'prompt': encodes to no tokens");
@@ -201,8 +201,8 @@ Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std
     r.sampling.temperature = static_cast<float>(d);
 
     v = r.sampling.top_k;
-    RETURN_IF_ERROR(p.get_int(obj, "top_k", 0, std::numeric_limits<int32_t>::max(), &v,
-                              "an integer >= 0"));
+    RETURN_IF_ERROR(
+        p.get_int(obj, "top_k", 0, std::numeric_limits<int32_t>::max(), &v, "an integer >= 0"));
     r.sampling.top_k = static_cast<int32_t>(v);
 
     d = r.sampling.top_p;
@@ -213,8 +213,7 @@ Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std
     RETURN_IF_ERROR(p.get_uint64(obj, "seed", &r.sampling.seed));
 
     v = 0;
-    RETURN_IF_ERROR(p.get_int(obj, "arrival_step", 0, int64_t{1} << 40, &v,
-                              "an integer >= 0"));
+    RETURN_IF_ERROR(p.get_int(obj, "arrival_step", 0, int64_t{1} << 40, &v, "an integer >= 0"));
     r.arrival_step = v;
 
     if (auto it = obj.find("label"); it != obj.end()) {
@@ -259,8 +258,8 @@ Result<std::vector<RequestSpec>> read_requests_file(const std::string& path,
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return make_error(ErrorCode::kIo, path + ": cannot open the requests file: " +
-                                          std::strerror(errno));
+    return make_error(ErrorCode::kIo,
+                      path + ": cannot open the requests file: " + std::strerror(errno));
   }
   std::ostringstream ss;
   ss << in.rdbuf();

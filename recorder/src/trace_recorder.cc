@@ -51,15 +51,17 @@ std::string cpu_model() {
 std::string make_run_id() {
   std::random_device rd;
   uint64_t a = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  uint64_t b = static_cast<uint64_t>(
-      std::chrono::system_clock::now().time_since_epoch().count()) ^ (static_cast<uint64_t>(rd()) << 20);
+  uint64_t b = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) ^
+               (static_cast<uint64_t>(rd()) << 20);
   char buf[40];
   std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(a),
                 static_cast<unsigned long long>(b));
   return buf;
 }
 
-std::string logits_blob_name(int32_t position) { return "logits:" + std::to_string(position); }
+std::string logits_blob_name(int32_t position) {
+  return "logits:" + std::to_string(position);
+}
 
 }  // namespace
 
@@ -107,7 +109,7 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& pa
       int32_t position = std::atoi(name.c_str() + 7);
       for (const trace::RequestSummary& r : ref.requests()) {
         if (r.id == info->request) {
-          rec->reference_blobs_.push_back({{r.prompt_hash, position}, id});
+          rec->reference_blobs_.emplace(std::make_pair(r.prompt_hash, position), id);
           break;
         }
       }
@@ -123,6 +125,10 @@ TraceRecorder::~TraceRecorder() {
   if (!closed_) (void)close();
 }
 
+void TraceRecorder::mark_lossy(const std::string& reason) {
+  if (writer_ && !closed_) writer_->mark_lossy(reason);
+}
+
 void TraceRecorder::fail(Status status) {
   if (!status_.ok() || status.ok()) return;
   status_ = std::move(status);
@@ -136,24 +142,27 @@ void TraceRecorder::fail(Status status) {
 #define LLMRR_RECORDER_GUARD_BEGIN \
   if (!recording()) return;        \
   try {
-#define LLMRR_RECORDER_GUARD_END                                                          \
-  }                                                                                       \
-  catch (const std::bad_alloc&) {                                                         \
-    fail(make_error(ErrorCode::kResourceLimit, "out of memory while recording"));         \
-  }                                                                                       \
-  catch (const std::exception& e) {                                                       \
-    fail(make_error(ErrorCode::kInternal, std::string("recorder: ") + e.what()));         \
-  }                                                                                       \
-  catch (...) {                                                                           \
-    fail(make_error(ErrorCode::kInternal, "recorder: unknown exception"));                \
+#define LLMRR_RECORDER_GUARD_END                                                  \
+  }                                                                               \
+  catch (const std::bad_alloc&) {                                                 \
+    fail(make_error(ErrorCode::kResourceLimit, "out of memory while recording")); \
+  }                                                                               \
+  catch (const std::exception& e) {                                               \
+    fail(make_error(ErrorCode::kInternal, std::string("recorder: ") + e.what())); \
+  }                                                                               \
+  catch (...) {                                                                   \
+    fail(make_error(ErrorCode::kInternal, "recorder: unknown exception"));        \
   }
 
 bool TraceRecorder::wants_rows(SiteId site) {
   if (!recording()) return false;
   switch (options_.capture) {
-    case trace::CaptureLevel::kNone: return false;
-    case trace::CaptureLevel::kLayers: return is_layer_output(site);
-    case trace::CaptureLevel::kAll: return true;
+    case trace::CaptureLevel::kNone:
+      return false;
+    case trace::CaptureLevel::kLayers:
+      return is_layer_output(site);
+    case trace::CaptureLevel::kAll:
+      return true;
   }
   return false;
 }
@@ -171,8 +180,13 @@ void TraceRecorder::on_arrival(int64_t step, const RequestSpec& r) {
   rec.arrival_step = r.arrival_step;
   rec.stop_at_eos = r.stop_at_eos;
   rec.label = r.label;
-  prompt_hashes_.push_back({r.id, trace::prompt_hash(r.prompt)});
-  pending_arrivals_.push_back(std::move(rec));
+  if (options_.reference != nullptr) prompt_hashes_[r.id] = trace::prompt_hash(r.prompt);
+  // The engine reports arrivals before on_step; a C ABI caller may add one inside a step.
+  if (in_step_) {
+    step_.arrivals.push_back(std::move(rec));
+  } else {
+    pending_arrivals_.push_back(std::move(rec));
+  }
   LLMRR_RECORDER_GUARD_END
 }
 
@@ -253,17 +267,12 @@ void TraceRecorder::record_full_logits(const LogitsView& v, trace::LogitsRecord&
   blob.site = SiteId{SiteKind::kLogits, -1, -1}.packed();
   blob.request = v.request;
   if (options_.reference != nullptr) {
-    uint64_t hash = 0;
-    bool known = false;
-    for (const auto& [id, h] : prompt_hashes_) {
-      if (id == v.request) {
-        hash = h;
-        known = true;
-      }
-    }
-    if (known) {
-      for (const auto& [key, ref_id] : reference_blobs_) {
-        if (key.first != hash || key.second != v.position) continue;
+    auto known = prompt_hashes_.find(v.request);
+    if (known != prompt_hashes_.end()) {
+      const uint64_t hash = known->second;
+      auto ref = reference_blobs_.find({hash, v.position});
+      if (ref != reference_blobs_.end()) {
+        const int64_t ref_id = ref->second;
         Status st = options_.reference->read_blob(ref_id, &reference_bytes_);
         if (st.ok() && reference_bytes_.size() == blob.bytes) {
           blob.xor_reference = reference_bytes_.data();
@@ -271,7 +280,6 @@ void TraceRecorder::record_full_logits(const LogitsView& v, trace::LogitsRecord&
           blob.reference_blob = ref_id;
           ++stats_.xor_blobs;
         }
-        break;
       }
     }
   }

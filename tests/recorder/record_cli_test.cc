@@ -57,8 +57,8 @@ bool has_command(const std::string& name) {
 }
 
 const std::vector<std::string> kEngine = {
-    "--model", "builtin:tiny-moe", "--prompt", "The quick brown fox", "--max-tokens", "12",
-    "--load", "3", "--threads", "1"};
+    "--model", "builtin:tiny-moe", "--prompt", "The quick brown fox", "--max-tokens",
+    "12",      "--load",           "3",        "--threads",           "1"};
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -106,13 +106,50 @@ TEST(RecordCli, StdoutIsTheRunsTextAndTheTraceIsComplete) {
 // The header alone says how to rebuild the engine.
 TEST(RecordCli, RunHeaderDescribesTheEngineCompletely) {
   const std::string path = temp_path("header.trace");
-  CliResult rec = llmrr({"record", "--model", "builtin:tiny-moe", "--prompt", "Hello", "--max-tokens",
-                         "4", "--load", "2", "--seed", "5", "--threads", "2", "--sms", "64",
-                         "--blocks-per-sm", "3", "--max-batch-tokens", "128", "--max-seqs", "8",
-                         "--prefill-chunk", "32", "--kv-block", "8", "--capacity-factor", "1.25",
-                         "--overflow", "reroute", "--atomics", "--dtype", "bf16", "--scoring",
-                         "sigmoid", "--attn-split", "96", "--capture", "none", "--logits", "full",
-                         "--logits-top-k", "7", "-o", path});
+  CliResult rec = llmrr({"record",
+                         "--model",
+                         "builtin:tiny-moe",
+                         "--prompt",
+                         "Hello",
+                         "--max-tokens",
+                         "4",
+                         "--load",
+                         "2",
+                         "--seed",
+                         "5",
+                         "--threads",
+                         "2",
+                         "--sms",
+                         "64",
+                         "--blocks-per-sm",
+                         "3",
+                         "--max-batch-tokens",
+                         "128",
+                         "--max-seqs",
+                         "8",
+                         "--prefill-chunk",
+                         "32",
+                         "--kv-block",
+                         "8",
+                         "--capacity-factor",
+                         "1.25",
+                         "--overflow",
+                         "reroute",
+                         "--atomics",
+                         "--dtype",
+                         "bf16",
+                         "--scoring",
+                         "sigmoid",
+                         "--attn-split",
+                         "96",
+                         "--capture",
+                         "none",
+                         "--logits",
+                         "full",
+                         "--logits-top-k",
+                         "7",
+                         "-o",
+                         path});
   ASSERT_EQ(rec.rc, 0) << rec.err;
   auto reader = open_reader(path);
   ASSERT_NE(reader, nullptr);
@@ -133,7 +170,8 @@ TEST(RecordCli, RunHeaderDescribesTheEngineCompletely) {
   EXPECT_EQ(h.model.path, "builtin:tiny-moe");
   EXPECT_EQ(h.model.architecture, "mixtral");
   char hash[40];
-  std::snprintf(hash, sizeof hash, "xxh3-64:%016llx", static_cast<unsigned long long>(m.weight_hash));
+  std::snprintf(hash, sizeof hash, "xxh3-64:%016llx",
+                static_cast<unsigned long long>(m.weight_hash));
   EXPECT_EQ(h.model.weight_hash, hash);
   EXPECT_EQ(h.model.weight_dtype, "bf16");
   EXPECT_EQ(h.model.compute_dtype, "bf16");
@@ -199,8 +237,8 @@ TEST(RecordCli, RequestsFile) {
         << "{\"id\": 4, \"prompt_ids\": [72, 105], \"temperature\": 0.7, \"seed\": 2}\n";
   }
   const std::string path = temp_path("reqs.trace");
-  CliResult rec = llmrr({"record", "--model", "builtin:tiny-moe", "--requests", reqs, "--load", "2",
-                         "-o", path});
+  CliResult rec = llmrr(
+      {"record", "--model", "builtin:tiny-moe", "--requests", reqs, "--load", "2", "-o", path});
   ASSERT_EQ(rec.rc, 0) << rec.err;
   auto reader = open_reader(path);
   ASSERT_NE(reader, nullptr);
@@ -260,7 +298,8 @@ TEST(RecordCli, UsageErrorsExit2) {
       {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--capture", "some", "-o", "x"},
       {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--logits", "all", "-o", "x"},
       {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--logits-top-k", "-1", "-o", "x"},
-      {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--requests", "r.jsonl", "-o", "x"},
+      {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--requests", "r.jsonl", "-o",
+       "x"},
       {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--policy", "fast", "-o", "x"},
       {"record", "--model", "builtin:nope", "--prompt", "a", "-o", "x"},
       {"record", "--model", "builtin:tiny-moe", "--prompt", "a", "--reference",
@@ -303,9 +342,20 @@ TEST(RecordCli, IoErrorKeepsTheOutputAndMarksTheTraceLossy) {
 // it.
 TEST(RecordCli, ReferenceMakesARerunSmall) {
   const std::string a = temp_path("a.trace"), b = temp_path("b.trace"), c = temp_path("c.trace");
-  std::vector<std::string> base = {"record", "--model", "builtin:tiny-moe", "--prompt",
-                                   "The quick brown fox", "--max-tokens", "12", "--load", "3",
-                                   "--capture", "none", "--logits", "full", "-q"};
+  std::vector<std::string> base = {"record",
+                                   "--model",
+                                   "builtin:tiny-moe",
+                                   "--prompt",
+                                   "The quick brown fox",
+                                   "--max-tokens",
+                                   "12",
+                                   "--load",
+                                   "3",
+                                   "--capture",
+                                   "none",
+                                   "--logits",
+                                   "full",
+                                   "-q"};
   ASSERT_EQ(llmrr(with(base, {"--threads", "1", "-o", a})).rc, 0);
   ASSERT_EQ(llmrr(with(base, {"--threads", "2", "-o", b})).rc, 0);
   CliResult coded = llmrr(with(base, {"--threads", "2", "--reference", a, "-o", c}));

@@ -19,7 +19,9 @@ namespace {
 
 using trace::CaptureLevel;
 
-bool same_float_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_float_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
 
 trace::Segment to_trace(const BatchSegment& g) {
   trace::Segment s;
@@ -27,17 +29,20 @@ trace::Segment to_trace(const BatchSegment& g) {
   s.start = g.start;
   s.count = g.count;
   s.cached = g.cached;
-  s.kind = g.kind == SegmentKind::kDecode ? trace::SegmentKind::kDecode
-                                          : trace::SegmentKind::kPrefill;
+  s.kind =
+      g.kind == SegmentKind::kDecode ? trace::SegmentKind::kDecode : trace::SegmentKind::kPrefill;
   s.sample = g.sample;
   return s;
 }
 
 bool captured(CaptureLevel level, uint64_t packed) {
   switch (level) {
-    case CaptureLevel::kNone: return false;
-    case CaptureLevel::kLayers: return is_layer_output(SiteId::unpack(packed));
-    case CaptureLevel::kAll: return true;
+    case CaptureLevel::kNone:
+      return false;
+    case CaptureLevel::kLayers:
+      return is_layer_output(SiteId::unpack(packed));
+    case CaptureLevel::kAll:
+      return true;
   }
   return false;
 }
@@ -150,8 +155,8 @@ void expect_trace_matches(const RecordedRun& run, trace::TraceReader& reader, Ca
     std::set<std::pair<uint64_t, int64_t>> got_rows;
     for (const trace::SiteRows& sr : s.rows) {
       const std::string name = site_name(SiteId::unpack(sr.site));
-      EXPECT_TRUE(captured(level, sr.site)) << name << " recorded at capture "
-                                            << trace::capture_level_name(level);
+      EXPECT_TRUE(captured(level, sr.site))
+          << name << " recorded at capture " << trace::capture_level_name(level);
       auto c = dt.cols.find({m.step, sr.site});
       ASSERT_NE(c, dt.cols.end()) << name;
       EXPECT_EQ(sr.cols, c->second) << name;
@@ -347,24 +352,24 @@ TEST_P(RecordRoundTrip, EveryRecordEqualsWhatTheEngineDid) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, RecordRoundTrip,
-    ::testing::Values(
-        Case{"moe_production_layers", "tiny-moe", "production", CaptureLevel::kLayers},
-        Case{"moe_production_none", "tiny-moe", "production", CaptureLevel::kNone},
-        Case{"moe_production_all", "tiny-moe", "production", CaptureLevel::kAll},
-        Case{"dense_invariant_all", "tiny-dense", "invariant", CaptureLevel::kAll},
-        Case{"dense_production_layers_2threads", "tiny-dense", "production",
-             CaptureLevel::kLayers, 0.0f, 0.0, Overflow::kNone, 32, 2},
-        Case{"moe_atomics_all", "tiny-moe", "atomics", CaptureLevel::kAll},
-        Case{"moe_capacity_reroute_all", "tiny-moe", "production", CaptureLevel::kAll, 0.0f,
-             1.0, Overflow::kReroute},
-        Case{"moe_capacity_drop_layers", "tiny-moe", "production", CaptureLevel::kLayers, 0.0f,
-             0.5, Overflow::kDrop},
-        Case{"moe_sampling_layers_top5", "tiny-moe", "production", CaptureLevel::kLayers, 0.9f,
-             0.0, Overflow::kNone, 5},
-        Case{"moe_top1", "tiny-moe", "invariant", CaptureLevel::kNone, 0.0f, 0.0,
-             Overflow::kNone, 1},
-        Case{"moe_top0", "tiny-moe", "production", CaptureLevel::kNone, 0.0f, 0.0,
-             Overflow::kNone, 0}),
+    ::testing::Values(Case{"moe_production_layers", "tiny-moe", "production",
+                           CaptureLevel::kLayers},
+                      Case{"moe_production_none", "tiny-moe", "production", CaptureLevel::kNone},
+                      Case{"moe_production_all", "tiny-moe", "production", CaptureLevel::kAll},
+                      Case{"dense_invariant_all", "tiny-dense", "invariant", CaptureLevel::kAll},
+                      Case{"dense_production_layers_2threads", "tiny-dense", "production",
+                           CaptureLevel::kLayers, 0.0f, 0.0, Overflow::kNone, 32, 2},
+                      Case{"moe_atomics_all", "tiny-moe", "atomics", CaptureLevel::kAll},
+                      Case{"moe_capacity_reroute_all", "tiny-moe", "production", CaptureLevel::kAll,
+                           0.0f, 1.0, Overflow::kReroute},
+                      Case{"moe_capacity_drop_layers", "tiny-moe", "production",
+                           CaptureLevel::kLayers, 0.0f, 0.5, Overflow::kDrop},
+                      Case{"moe_sampling_layers_top5", "tiny-moe", "production",
+                           CaptureLevel::kLayers, 0.9f, 0.0, Overflow::kNone, 5},
+                      Case{"moe_top1", "tiny-moe", "invariant", CaptureLevel::kNone, 0.0f, 0.0,
+                           Overflow::kNone, 1},
+                      Case{"moe_top0", "tiny-moe", "production", CaptureLevel::kNone, 0.0f, 0.0,
+                           Overflow::kNone, 0}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // An observer must not change what it observes: the recorded run's tokens and logits are
@@ -383,7 +388,8 @@ TEST(Recorder, RecordingDoesNotChangeTheRun) {
     ASSERT_EQ(got->size(), row.size());
     EXPECT_EQ(0, std::memcmp(got->data(), row.data(), row.size() * sizeof(float)));
   }
-  for (const RequestSpec& r : spec.requests) EXPECT_EQ(run.memory->tokens(r.id), plain->tokens(r.id));
+  for (const RequestSpec& r : spec.requests)
+    EXPECT_EQ(run.memory->tokens(r.id), plain->tokens(r.id));
 }
 
 TEST(Recorder, FullLogitBlobsRoundTrip) {

@@ -73,8 +73,8 @@ std::string record_under_size_limit(const RunSpec& spec, uint64_t limit, int64_t
       return "surviving step " + std::to_string(i) + " is not the engine's";
     }
   }
-  std::fprintf(stderr, "lossy after %zu of %lld steps: %s\n", i,
-               static_cast<long long>(full_steps), why.c_str());
+  std::fprintf(stderr, "lossy after %zu of %lld steps: %s\n", i, static_cast<long long>(full_steps),
+               why.c_str());
   return "";
 }
 

@@ -61,8 +61,7 @@ std::vector<int32_t> bytes(const std::string& text) {
   return v;
 }
 
-RequestSpec request(RequestId id, const std::string& prompt, int32_t max_tokens,
-                    int64_t arrival) {
+RequestSpec request(RequestId id, const std::string& prompt, int32_t max_tokens, int64_t arrival) {
   RequestSpec r;
   r.id = id;
   r.prompt = bytes(prompt);
@@ -91,7 +90,8 @@ void DetailObserver::on_rows(const RowsView& v) {
   cols[{v.step, v.site.packed()}] = v.cols;
   for (int64_t r = 0; r < v.rows; ++r) {
     int64_t row = v.batch_rows ? v.batch_rows[r] : r;
-    fingerprints[{v.step, v.site.packed(), row}] = trace::fingerprint_row(v.data + r * v.ld, v.cols);
+    fingerprints[{v.step, v.site.packed(), row}] =
+        trace::fingerprint_row(v.data + r * v.ld, v.cols);
   }
 }
 

@@ -43,7 +43,9 @@ class DetailObserver : public Observer {
   void on_arrival(int64_t step, const RequestSpec& r) override { arrival_step[r.id] = step; }
   void on_rows(const RowsView& v) override;
   void on_routing(const RoutingView& v) override;
-  void on_token(const TokenEvent& t) override { uniform[{t.request, t.position}] = t.sample.uniform; }
+  void on_token(const TokenEvent& t) override {
+    uniform[{t.request, t.position}] = t.sample.uniform;
+  }
 
   std::map<RequestId, int64_t> arrival_step;
   std::map<std::pair<int64_t, int32_t>, RoutingView> routing_views;  // pointers dropped

@@ -41,10 +41,10 @@ struct RequestDefaults {
 };
 
 struct RequestsFileContext {
-  const ModelConfig* model = nullptr;       // vocab and max_positions are checked against it
-  const Tokenizer* tokenizer = nullptr;     // null: text prompts are refused
-  std::string tokenizer_note;               // why there is no tokenizer (for the message)
-  bool chat = false;                        // wrap text prompts in the chat template
+  const ModelConfig* model = nullptr;    // vocab and max_positions are checked against it
+  const Tokenizer* tokenizer = nullptr;  // null: text prompts are refused
+  std::string tokenizer_note;            // why there is no tokenizer (for the message)
+  bool chat = false;                     // wrap text prompts in the chat template
 };
 
 // Parses the text of a requests file; `name` is used in messages.

@@ -19,8 +19,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "llmrr/format/records.h"
@@ -46,7 +48,7 @@ struct RecorderStats {
   int64_t tokens = 0;
   int64_t fingerprints = 0;
   int64_t blobs = 0;
-  int64_t xor_blobs = 0;   // blobs stored as XOR against the reference
+  int64_t xor_blobs = 0;  // blobs stored as XOR against the reference
   uint64_t file_bytes = 0;
 };
 
@@ -74,8 +76,13 @@ class TraceRecorder final : public Observer {
   // (the trace is then marked lossy) or the close error. Idempotent.
   Status close();
 
+  // Marks the trace lossy without stopping: records the producer meant to write were
+  // dropped (e.g. a C ABI call with bad arguments). The first reason wins.
+  void mark_lossy(const std::string& reason);
+
   // The first recording error (ok while healthy).
   const Status& status() const { return status_; }
+  bool in_step() const { return in_step_; }
   bool recording() const { return status_.ok() && !closed_; }
   RecorderStats stats() const;
   const std::string& path() const { return path_; }
@@ -96,8 +103,8 @@ class TraceRecorder final : public Observer {
   std::vector<trace::RequestRecord> pending_arrivals_;
   // Prompt hash per request (XOR reference lookup) and the reference's blobs by
   // (prompt hash, position).
-  std::vector<std::pair<uint64_t, uint64_t>> prompt_hashes_;  // (request, prompt hash)
-  std::vector<std::pair<std::pair<uint64_t, int32_t>, int64_t>> reference_blobs_;
+  std::unordered_map<uint64_t, uint64_t> prompt_hashes_;  // request → prompt hash
+  std::map<std::pair<uint64_t, int32_t>, int64_t> reference_blobs_;
   std::vector<uint8_t> reference_bytes_;
   RecorderStats stats_;
 };

@@ -1,0 +1,266 @@
+/*
+ * llmrr recorder C ABI: record the run of any inference runtime into an llmrr trace, so that
+ * `llmrr inspect | dump | verify | diff` work on it (DESIGN, "C ABI for other runtimes").
+ *
+ * Library: libllmrr_recorder_c.so (exports only the llmrr_* symbols below; load it with
+ * dlopen or Python ctypes). Pure C99 header; all pointers are host pointers.
+ *
+ *   llmrr_recorder_config cfg;
+ *   llmrr_recorder_config_init(&cfg);
+ *   cfg.model_name = "toy"; cfg.vocab = 64; cfg.layers = 2; cfg.hidden = 32;
+ *   llmrr_recorder* rec = NULL;
+ *   if (llmrr_recorder_open("run.trace", &cfg, &rec) != LLMRR_OK)
+ *     fprintf(stderr, "%s\n", llmrr_recorder_last_error());
+ *   llmrr_recorder_add_request(rec, &request);          // arrives with the next step
+ *   for (step = 0; ...; ++step) {
+ *     llmrr_recorder_begin_step(rec, step, segments, n_segments);   // the batch
+ *     llmrr_recorder_record_plan(rec, "L0.mlp.down", &plan);        // per op
+ *     llmrr_recorder_record_rows(rec, "L0.out", h, LLMRR_DTYPE_F32, rows, cols, 0, NULL);
+ *     llmrr_recorder_record_routing(rec, &routing);                  // MoE layers
+ *     llmrr_recorder_record_logits(rec, req, pos, row, logits, LLMRR_DTYPE_F32, vocab);
+ *     llmrr_recorder_record_token(rec, req, pos + 1, token, -1.0);
+ *     llmrr_recorder_record_finish(rec, req, LLMRR_FINISH_MAX_TOKENS, generated);
+ *     llmrr_recorder_end_step(rec);
+ *   }
+ *   llmrr_recorder_close(rec);                            // footer; frees the handle
+ *
+ * Sites are named as llmrr names them (runtime/include/llmrr/runtime/site.h): "embed",
+ * "L3.attn_norm", "L3.attn.q" / .k / .v / .core / .o, "L3.attn.resid", "L3.mlp_norm",
+ * "L3.mlp.gate" / .up / .act / .down, "L3.moe.router", "L3.moe.e5.gate" / .up / .act /
+ * .down, "L3.moe.shared.gate" / .up / .down / .scale, "L3.moe.combine", "L3.out",
+ * "final_norm", "logits". A runtime records the sites it has; `diff` compares the sites
+ * both traces hold (and says what it cannot tell from fewer).
+ *
+ * Errors. No function throws or aborts. Every function returns LLMRR_OK (0) or an error
+ * code; the codes are the stable numbers of llmrr's ErrorCode (format/.../status.h) and never
+ * change meaning. llmrr_recorder_last_error() gives the message of the last failed call on
+ * the calling thread. Two kinds of failure:
+ *   - a bad call (null pointer, unknown site, a record outside begin/end_step, a site
+ *     recorded twice in a step, a value out of range): that call records nothing and
+ *     returns LLMRR_E_INVALID_ARGUMENT; the trace is marked lossy (records the caller meant
+ *     to write are missing) and recording goes on;
+ *   - an I/O error (disk full, ...) or an internal one: recording stops for good, the trace
+ *     is marked lossy with the reason and keeps every frame written before; every later
+ *     call returns that error at once (llmrr_recorder_status() too). The runtime being
+ *     recorded is never disturbed: ignore the codes if you like.
+ *
+ * Thread-safety: each handle holds a mutex, so calls on one handle from several threads
+ * are safe (they are serialized; records keep the order of the calls, so in practice one
+ * producer thread per handle). Distinct handles are independent. The last-error message
+ * is per thread.
+ */
+#ifndef LLMRR_RECORDER_H_
+#define LLMRR_RECORDER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLMRR_RECORDER_ABI_VERSION 1
+
+#if defined(__GNUC__)
+#define LLMRR_API __attribute__((visibility("default")))
+#else
+#define LLMRR_API
+#endif
+
+/* Error codes (llmrr::ErrorCode numbers). */
+#define LLMRR_OK 0
+#define LLMRR_E_SEMANTIC 109
+#define LLMRR_E_INVALID_ARGUMENT 120
+#define LLMRR_E_UNSUPPORTED 124
+#define LLMRR_E_IO 200
+#define LLMRR_E_NOT_FOUND 201
+#define LLMRR_E_IS_DIRECTORY 202
+#define LLMRR_E_RESOURCE_LIMIT 203
+#define LLMRR_E_INTERNAL 900
+
+/* Element types of rows and logits. bf16 / f16 values are widened exactly to f32 before
+ * they are fingerprinted, so the same values give the same fingerprint whatever the
+ * storage type. */
+#define LLMRR_DTYPE_F32 0
+#define LLMRR_DTYPE_BF16 1
+#define LLMRR_DTYPE_F16 2
+
+/* Which record_rows calls are kept (rows of other sites are accepted and dropped). */
+#define LLMRR_CAPTURE_NONE 0
+#define LLMRR_CAPTURE_LAYERS 1 /* "L<i>.out" and "logits" */
+#define LLMRR_CAPTURE_ALL 2
+
+#define LLMRR_LOGITS_TOPK 0 /* top-K ids and values, fingerprint, top1 - top2 margin */
+#define LLMRR_LOGITS_FULL 1 /* ... plus the whole row as a tensor blob */
+
+/* Plans (kernels/plan.h spells out the exact order each field implies). */
+#define LLMRR_OP_GEMM 0
+#define LLMRR_OP_RMSNORM 1
+#define LLMRR_OP_ATTENTION 2
+#define LLMRR_OP_COMBINE 3
+#define LLMRR_SPLIT_COUNT 0
+#define LLMRR_SPLIT_SIZE 1
+#define LLMRR_ORDER_FIXED 0
+#define LLMRR_ORDER_ARRIVAL 1
+
+#define LLMRR_SEGMENT_PREFILL 0
+#define LLMRR_SEGMENT_DECODE 1
+
+#define LLMRR_ROUTE_KEPT 0
+#define LLMRR_ROUTE_REROUTED 1
+#define LLMRR_ROUTE_DROPPED 2
+
+#define LLMRR_FINISH_EOS 0
+#define LLMRR_FINISH_MAX_TOKENS 1
+#define LLMRR_FINISH_ABORTED 2
+
+typedef struct llmrr_recorder llmrr_recorder; /* opaque */
+
+/* What the run header says about the run. Strings may be NULL (= empty); they are copied.
+ * Initialize with llmrr_recorder_config_init(), then set what you know. */
+typedef struct llmrr_recorder_config {
+  uint32_t struct_size;     /* sizeof(llmrr_recorder_config); set by config_init */
+  const char* tool_version; /* the recording runtime, e.g. "toy_decode 1.0" */
+  const char* model_name;   /* model identity, e.g. "my-org/tiny-7b" */
+  const char* model_path;
+  const char* architecture; /* e.g. "llama" */
+  const char* weight_hash;  /* "<algorithm>:<hex>", e.g. "xxh3-64:1f2e..." (optional) */
+  const char* weight_dtype; /* "f32", "bf16", ... */
+  const char* compute_dtype;
+  int32_t layers, hidden, vocab, heads, kv_heads, experts, experts_per_token;
+  const char* policy; /* the runtime's name for how it chose its reduction orders */
+  int32_t threads;
+  uint64_t seed;
+  int32_t capture;               /* LLMRR_CAPTURE_*, default LAYERS */
+  int32_t logits_mode;           /* LLMRR_LOGITS_*, default TOPK */
+  int32_t top_k;                 /* logit entries kept per sampled row, default 32 */
+  int32_t zstd_level;            /* 0..19, default 1 */
+  const char* extra_config_json; /* a JSON object with anything else (optional) */
+  const char* command_line;
+  const char* device_name; /* e.g. "NVIDIA H100" (optional; default: the host CPU) */
+  const char* device_kind; /* "cpu" (default) or "cuda" */
+} llmrr_recorder_config;
+
+/* One request (a prompt and its sampling parameters). */
+typedef struct llmrr_request {
+  uint64_t id;
+  const int32_t* prompt;
+  size_t prompt_len;
+  float temperature; /* 0 = greedy */
+  int32_t top_k;     /* 0 = off */
+  float top_p;       /* 1 = off */
+  uint64_t seed;
+  int32_t max_tokens;
+  int64_t arrival_step;
+  int32_t stop_at_eos; /* 0 or 1 */
+  const char* label;   /* may be NULL */
+} llmrr_request;
+
+/* Consecutive rows of one request in a step's batch: positions [start, start + count). */
+typedef struct llmrr_segment {
+  uint64_t request;
+  int32_t start;
+  int32_t count;
+  int32_t cached; /* positions already in the KV cache before this step */
+  int32_t kind;   /* LLMRR_SEGMENT_* */
+  int32_t sample; /* 1: the segment's last row produces logits and a token */
+} llmrr_segment;
+
+typedef struct llmrr_plan {
+  int32_t op;    /* LLMRR_OP_* */
+  int32_t mode;  /* LLMRR_SPLIT_* (attention) */
+  int32_t order; /* LLMRR_ORDER_* */
+  int32_t separate_new_kv;
+  uint32_t splits; /* >= 1 */
+  uint32_t split_size;
+  uint32_t k_tile;         /* multiple of 16; 0 = one tile */
+  const uint16_t* arrival; /* LLMRR_ORDER_ARRIVAL only, else NULL */
+  size_t arrival_len;
+} llmrr_plan;
+
+/* Routing of every token of the step at one MoE layer; arrays are rows x k, rank order. */
+typedef struct llmrr_routing {
+  int32_t layer;
+  int64_t rows; /* tokens: the step's batch rows */
+  int32_t k;
+  int32_t experts_total;
+  int32_t capacity;       /* per expert; 0 = unbounded */
+  const int32_t* chosen;  /* the router's top-k before capacity; NULL = experts */
+  const int32_t* experts; /* used after overflow handling, -1 = dropped */
+  const float* gates;     /* may be NULL (recorded as 0) */
+  const uint8_t* outcome; /* LLMRR_ROUTE_*; NULL = kept, or dropped where experts is -1 */
+} llmrr_routing;
+
+/* Fills the defaults (and struct_size). */
+LLMRR_API void llmrr_recorder_config_init(llmrr_recorder_config* config);
+
+/* Creates (truncates) `path` and writes the run header. On failure *out is NULL. */
+LLMRR_API int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
+                                  llmrr_recorder** out);
+
+/* Writes the footer and frees the handle (also after errors). Returns the first error seen
+ * while recording, else the close result. NULL is a no-op returning LLMRR_OK. */
+LLMRR_API int llmrr_recorder_close(llmrr_recorder* recorder);
+
+/* A request that arrives: recorded with the current step when called between begin_step
+ * and end_step, else with the next begin_step. Record it no later than the first step that
+ * holds one of its rows. */
+LLMRR_API int llmrr_recorder_add_request(llmrr_recorder* recorder, const llmrr_request* request);
+
+/* Starts step `step` (strictly increasing) with its batch. */
+LLMRR_API int llmrr_recorder_begin_step(llmrr_recorder* recorder, int64_t step,
+                                        const llmrr_segment* segments, size_t n_segments);
+
+/* The plan of the op at `site` in this step (each site once per step). */
+LLMRR_API int llmrr_recorder_record_plan(llmrr_recorder* recorder, const char* site,
+                                         const llmrr_plan* plan);
+
+/* 1 when rows of `site` are kept at the capture level (so the caller can skip the copy),
+ * 0 when not or when recording stopped, a negative error code for an unknown site. */
+LLMRR_API int llmrr_recorder_wants_rows(llmrr_recorder* recorder, const char* site);
+
+/* Fingerprints `rows` rows of `cols` elements at `site`: row r starts at element r * ld
+ * (ld 0 = cols). batch_rows (may be NULL = 0, 1, 2, ...) gives each row's place in the
+ * step's batch. Each site once per step. */
+LLMRR_API int llmrr_recorder_record_rows(llmrr_recorder* recorder, const char* site,
+                                         const void* data, int32_t dtype, int64_t rows,
+                                         int64_t cols, int64_t ld, const int32_t* batch_rows);
+
+LLMRR_API int llmrr_recorder_record_routing(llmrr_recorder* recorder, const llmrr_routing* routing);
+
+/* The logits of the row at `position` of `request` (batch row `batch_row`), predicting
+ * position + 1. */
+LLMRR_API int llmrr_recorder_record_logits(llmrr_recorder* recorder, uint64_t request,
+                                           int32_t position, int64_t batch_row, const void* logits,
+                                           int32_t dtype, int64_t vocab);
+
+/* The token chosen for `position` (the position it will occupy); `uniform` is the sampler's
+ * draw in [0, 1), or -1 when greedy. */
+LLMRR_API int llmrr_recorder_record_token(llmrr_recorder* recorder, uint64_t request,
+                                          int32_t position, int32_t token, double uniform);
+
+/* A request finished at this step (LLMRR_FINISH_*), having generated `generated` tokens. */
+LLMRR_API int llmrr_recorder_record_finish(llmrr_recorder* recorder, uint64_t request,
+                                           int32_t reason, int32_t generated);
+
+/* Ends the step and hands it to the writer (compression runs on a background thread). */
+LLMRR_API int llmrr_recorder_end_step(llmrr_recorder* recorder);
+
+/* The sticky error that stopped recording (LLMRR_OK while recording). */
+LLMRR_API int llmrr_recorder_status(const llmrr_recorder* recorder);
+
+/* Message of the last failed call on this thread ("" when none). Valid until the next call
+ * on this thread. */
+LLMRR_API const char* llmrr_recorder_last_error(void);
+
+/* Stable name of an error code, e.g. "invalid_argument"; "unknown" for others. */
+LLMRR_API const char* llmrr_error_name(int code);
+
+/* LLMRR_RECORDER_ABI_VERSION of the library (compare with the header's). */
+LLMRR_API int llmrr_recorder_abi_version(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* LLMRR_RECORDER_H_ */

@@ -1,0 +1,739 @@
+// The C ABI (llmrr/recorder.h) over TraceRecorder: each call is checked, converted into the
+// Observer callback the engine would make, and never lets an exception out.
+#include "llmrr/recorder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "llmrr/format/status.h"
+#include "llmrr/kernels/plan.h"
+#include "llmrr/recorder/trace_recorder.h"
+#include "llmrr/runtime/site.h"
+
+using llmrr::ErrorCode;
+using llmrr::Status;
+
+struct llmrr_recorder {
+  std::mutex mu;
+  std::unique_ptr<llmrr::TraceRecorder> rec;
+  int32_t vocab = 0;  // from the config; 0 = unchecked
+  bool in_step = false;
+  bool any_step = false;
+  int64_t step = 0;
+  int64_t step_rows = 0;
+  std::vector<llmrr::BatchSegment> segments;
+  std::unordered_set<uint64_t> plan_sites, row_sites;
+  std::unordered_set<int32_t> routing_layers;
+  std::set<std::pair<uint64_t, int32_t>> logits_rows, token_rows;
+  std::unordered_set<uint64_t> requests, finished;
+  std::vector<float> scratch;
+  Status sticky;  // the error that stopped recording
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+int code_of(const Status& st) {
+  return static_cast<int>(st.code());
+}
+
+int fail_call(ErrorCode code, const std::string& message) {
+  g_last_error = Status(code, message).to_string();
+  return static_cast<int>(code);
+}
+
+// A bad call: nothing recorded for it; the trace says records were dropped.
+int bad_call(llmrr_recorder* r, const char* fn, const std::string& what) {
+  std::string message = std::string(fn) + ": " + what;
+  if (r && r->rec) r->rec->mark_lossy("a record was dropped: " + message);
+  return fail_call(ErrorCode::kInvalidArgument, message);
+}
+
+// After a forwarded callback: did recording stop?
+int after(llmrr_recorder* r) {
+  if (!r->rec->status().ok()) {
+    r->sticky = r->rec->status();
+    g_last_error = r->sticky.to_string();
+    return code_of(r->sticky);
+  }
+  return LLMRR_OK;
+}
+
+int stopped(llmrr_recorder* r) {
+  if (r->sticky.ok() && !r->rec->status().ok()) r->sticky = r->rec->status();
+  if (r->sticky.ok()) return LLMRR_OK;
+  g_last_error = r->sticky.to_string();
+  return code_of(r->sticky);
+}
+
+// Runs `body` with the handle locked, turning anything thrown into an error code. The
+// recorder inside catches its own failures; this guard covers the conversions here.
+template <typename F>
+int guarded(llmrr_recorder* r, const char* fn, F&& body) {
+  if (r == nullptr)
+    return fail_call(ErrorCode::kInvalidArgument, std::string(fn) + ": null recorder");
+  try {
+    std::lock_guard<std::mutex> lock(r->mu);
+    if (!r->rec)
+      return fail_call(ErrorCode::kInvalidArgument, std::string(fn) + ": closed recorder");
+    if (int s = stopped(r); s != LLMRR_OK) return s;
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail_call(ErrorCode::kResourceLimit, std::string(fn) + ": out of memory");
+  } catch (const std::exception& e) {
+    return fail_call(ErrorCode::kInternal, std::string(fn) + ": " + e.what());
+  } catch (...) {
+    return fail_call(ErrorCode::kInternal, std::string(fn) + ": unknown exception");
+  }
+}
+
+std::string str(const char* s) {
+  return s ? std::string(s) : std::string();
+}
+
+bool parse_site_name(const char* name, llmrr::SiteId* out) {
+  if (name == nullptr) return false;
+  std::optional<llmrr::SiteId> site = llmrr::parse_site(name);
+  if (!site) return false;
+  *out = *site;
+  return true;
+}
+
+std::string unknown_site(const char* name) {
+  return "unknown site '" + str(name) +
+         "' (llmrr site names: embed, L<i>.attn.q, L<i>.mlp.down, L<i>.moe.e<j>.up, L<i>.out, "
+         "final_norm, logits, ...; see runtime/include/llmrr/runtime/site.h)";
+}
+
+float bf16_to_f32(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Exact IEEE half → single (subnormals, infinities and NaN payloads kept).
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {
+    // Subnormal: normalize.
+    int e = -1;
+    do {
+      ++e;
+      man <<= 1;
+    } while ((man & 0x400u) == 0);
+    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Widens rows × cols elements (row stride ld) of `dtype` into out (dense, ld = cols).
+void widen(const void* data, int32_t dtype, int64_t rows, int64_t cols, int64_t ld,
+           std::vector<float>* out) {
+  out->resize(static_cast<size_t>(rows * cols));
+  const uint16_t* p = static_cast<const uint16_t*>(data);
+  float* o = out->data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* row = p + r * ld;
+    float* dst = o + r * cols;
+    if (dtype == LLMRR_DTYPE_BF16) {
+      for (int64_t c = 0; c < cols; ++c) dst[c] = bf16_to_f32(row[c]);
+    } else {
+      for (int64_t c = 0; c < cols; ++c) dst[c] = f16_to_f32(row[c]);
+    }
+  }
+}
+
+bool dtype_ok(int32_t dtype) {
+  return dtype == LLMRR_DTYPE_F32 || dtype == LLMRR_DTYPE_BF16 || dtype == LLMRR_DTYPE_F16;
+}
+
+const llmrr::BatchSegment* segment_of(const llmrr_recorder* r, uint64_t request, int32_t position,
+                                      int64_t* batch_row) {
+  int64_t row = 0;
+  for (const llmrr::BatchSegment& g : r->segments) {
+    if (g.request == request && position >= g.start && position < g.start + g.count) {
+      if (batch_row) *batch_row = row + (position - g.start);
+      return &g;
+    }
+    row += g.count;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+void llmrr_recorder_config_init(llmrr_recorder_config* c) {
+  if (c == nullptr) return;
+  std::memset(c, 0, sizeof *c);
+  c->struct_size = sizeof *c;
+  c->capture = LLMRR_CAPTURE_LAYERS;
+  c->logits_mode = LLMRR_LOGITS_TOPK;
+  c->top_k = 32;
+  c->zstd_level = 1;
+}
+
+int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
+                        llmrr_recorder** out) {
+  static const char* fn = "llmrr_recorder_open";
+  if (out == nullptr)
+    return fail_call(ErrorCode::kInvalidArgument, std::string(fn) + ": out is null");
+  *out = nullptr;
+  try {
+    if (path == nullptr || *path == '\0') {
+      return fail_call(ErrorCode::kInvalidArgument, std::string(fn) + ": empty path");
+    }
+    // A caller compiled against an older, shorter config gets defaults for the rest.
+    llmrr_recorder_config c;
+    llmrr_recorder_config_init(&c);
+    if (config != nullptr) {
+      if (config->struct_size < offsetof(llmrr_recorder_config, tool_version) + sizeof(void*)) {
+        return fail_call(ErrorCode::kInvalidArgument,
+                         std::string(fn) + ": config.struct_size is " +
+                             std::to_string(config->struct_size) +
+                             " (call llmrr_recorder_config_init first)");
+      }
+      std::memcpy(&c, config, std::min<size_t>(config->struct_size, sizeof c));
+    }
+    auto bad = [&](const std::string& what) {
+      return fail_call(ErrorCode::kInvalidArgument, std::string(fn) + ": " + what);
+    };
+    if (c.capture < LLMRR_CAPTURE_NONE || c.capture > LLMRR_CAPTURE_ALL) {
+      return bad("capture must be LLMRR_CAPTURE_NONE, _LAYERS or _ALL, found " +
+                 std::to_string(c.capture));
+    }
+    if (c.logits_mode != LLMRR_LOGITS_TOPK && c.logits_mode != LLMRR_LOGITS_FULL) {
+      return bad("logits_mode must be LLMRR_LOGITS_TOPK or _FULL, found " +
+                 std::to_string(c.logits_mode));
+    }
+    if (c.top_k < 0 || c.top_k > 65536) {
+      return bad("top_k must be in [0, 65536], found " + std::to_string(c.top_k));
+    }
+    if (c.zstd_level < 0 || c.zstd_level > 19) {
+      return bad("zstd_level must be in [0, 19], found " + std::to_string(c.zstd_level));
+    }
+    const int32_t sizes[] = {
+        c.layers, c.hidden, c.vocab, c.heads, c.kv_heads, c.experts, c.experts_per_token,
+        c.threads};
+    for (int32_t v : sizes) {
+      if (v < 0) return bad("model sizes and threads must be >= 0");
+    }
+    const std::string extra = str(c.extra_config_json);
+    if (!extra.empty()) {
+      nlohmann::json j = nlohmann::json::parse(extra, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) {
+        return bad("extra_config_json must be a JSON object, found '" + extra.substr(0, 60) + "'");
+      }
+    }
+
+    llmrr::trace::RunHeader h = llmrr::base_run_header();
+    const std::string tool = str(c.tool_version);
+    h.tool_version = tool.empty() ? "llmrr C ABI " + h.tool_version
+                                  : tool + " (llmrr C ABI " + h.tool_version + ")";
+    h.model.name = str(c.model_name);
+    h.model.path = str(c.model_path);
+    h.model.architecture = str(c.architecture);
+    h.model.weight_hash = str(c.weight_hash);
+    h.model.weight_dtype = str(c.weight_dtype);
+    h.model.compute_dtype = str(c.compute_dtype);
+    h.model.layers = c.layers;
+    h.model.hidden = c.hidden;
+    h.model.vocab = c.vocab;
+    h.model.heads = c.heads;
+    h.model.kv_heads = c.kv_heads;
+    h.model.experts = c.experts;
+    h.model.experts_per_token = c.experts_per_token;
+    h.engine.policy = c.policy && *c.policy ? std::string(c.policy) : std::string("external");
+    h.engine.threads = c.threads;
+    h.engine.seed = c.seed;
+    h.extra_config_json = extra;
+    h.command_line = str(c.command_line);
+    if (c.device_name && *c.device_name) h.device.name = c.device_name;
+    if (c.device_kind && *c.device_kind) h.device.kind = c.device_kind;
+
+    llmrr::RecorderOptions o;
+    o.capture = static_cast<llmrr::trace::CaptureLevel>(c.capture);
+    o.logits = static_cast<llmrr::trace::LogitsMode>(c.logits_mode);
+    o.top_k = c.top_k;
+    o.writer.zstd_level = c.zstd_level;
+    llmrr::Result<std::unique_ptr<llmrr::TraceRecorder>> rec =
+        llmrr::TraceRecorder::open(path, std::move(h), o);
+    if (!rec.ok()) {
+      g_last_error = rec.status().to_string();
+      return code_of(rec.status());
+    }
+    auto handle = std::make_unique<llmrr_recorder>();
+    handle->rec = std::move(rec).value();
+    handle->vocab = c.vocab;
+    *out = handle.release();
+    return LLMRR_OK;
+  } catch (const std::bad_alloc&) {
+    return fail_call(ErrorCode::kResourceLimit, std::string(fn) + ": out of memory");
+  } catch (...) {
+    return fail_call(ErrorCode::kInternal, std::string(fn) + ": unexpected exception");
+  }
+}
+
+int llmrr_recorder_close(llmrr_recorder* r) {
+  if (r == nullptr) return LLMRR_OK;
+  int rc = LLMRR_OK;
+  try {
+    {
+      std::lock_guard<std::mutex> lock(r->mu);
+      if (r->rec) {
+        Status st = r->rec->close();
+        if (!st.ok()) {
+          g_last_error = st.to_string();
+          rc = code_of(st);
+        }
+        r->rec.reset();
+      }
+    }
+    delete r;
+  } catch (...) {
+    rc = fail_call(ErrorCode::kInternal, "llmrr_recorder_close: unexpected exception");
+  }
+  return rc;
+}
+
+int llmrr_recorder_add_request(llmrr_recorder* r, const llmrr_request* q) {
+  static const char* fn = "llmrr_recorder_add_request";
+  return guarded(r, fn, [&]() -> int {
+    if (q == nullptr) return bad_call(r, fn, "request is null");
+    const std::string who = "request " + std::to_string(q->id);
+    if (r->requests.count(q->id)) return bad_call(r, fn, who + ": id already added");
+    if (q->prompt_len == 0 || q->prompt == nullptr) return bad_call(r, fn, who + ": empty prompt");
+    if (q->prompt_len > (size_t{1} << 31)) return bad_call(r, fn, who + ": prompt too long");
+    for (size_t i = 0; i < q->prompt_len; ++i) {
+      if (q->prompt[i] < 0 || (r->vocab > 0 && q->prompt[i] >= r->vocab)) {
+        return bad_call(r, fn,
+                        who + ": prompt token " + std::to_string(i) + " is " +
+                            std::to_string(q->prompt[i]) + ", outside [0, vocab)");
+      }
+    }
+    if (!(std::isfinite(q->temperature) && q->temperature >= 0)) {
+      return bad_call(r, fn, who + ": temperature must be >= 0");
+    }
+    if (q->top_k < 0) return bad_call(r, fn, who + ": top_k must be >= 0");
+    if (!(q->top_p > 0 && q->top_p <= 1)) return bad_call(r, fn, who + ": top_p must be in (0, 1]");
+    if (q->max_tokens < 1) return bad_call(r, fn, who + ": max_tokens must be >= 1");
+    if (q->arrival_step < 0) return bad_call(r, fn, who + ": arrival_step must be >= 0");
+    llmrr::RequestSpec spec;
+    spec.id = q->id;
+    spec.prompt.assign(q->prompt, q->prompt + q->prompt_len);
+    spec.sampling.temperature = q->temperature;
+    spec.sampling.top_k = q->top_k;
+    spec.sampling.top_p = q->top_p;
+    spec.sampling.seed = q->seed;
+    spec.max_tokens = q->max_tokens;
+    spec.arrival_step = q->arrival_step;
+    spec.stop_at_eos = q->stop_at_eos != 0;
+    spec.label = str(q->label);
+    r->requests.insert(q->id);
+    r->rec->on_arrival(r->in_step ? r->step : q->arrival_step, spec);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_begin_step(llmrr_recorder* r, int64_t step, const llmrr_segment* segs,
+                              size_t n) {
+  static const char* fn = "llmrr_recorder_begin_step";
+  return guarded(r, fn, [&]() -> int {
+    if (r->in_step) {
+      return bad_call(r, fn,
+                      "step " + std::to_string(r->step) +
+                          " is still open (call llmrr_recorder_end_step first)");
+    }
+    if (step < 0) return bad_call(r, fn, "step must be >= 0, found " + std::to_string(step));
+    if (r->any_step && step <= r->step) {
+      return bad_call(r, fn,
+                      "steps must increase: step " + std::to_string(step) + " after " +
+                          std::to_string(r->step));
+    }
+    if (n > 0 && segs == nullptr) return bad_call(r, fn, "segments is null");
+    std::vector<llmrr::BatchSegment> segments;
+    segments.reserve(n);
+    int64_t rows = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const llmrr_segment& g = segs[i];
+      const std::string where =
+          "segment " + std::to_string(i) + " (request " + std::to_string(g.request) + ")";
+      if (!r->requests.count(g.request)) {
+        return bad_call(r, fn,
+                        where + ": the request was never added (llmrr_recorder_add_request)");
+      }
+      if (g.count < 1 || g.start < 0 || g.cached < 0) {
+        return bad_call(r, fn, where + ": needs count >= 1, start >= 0, cached >= 0");
+      }
+      if (g.kind != LLMRR_SEGMENT_PREFILL && g.kind != LLMRR_SEGMENT_DECODE) {
+        return bad_call(r, fn, where + ": kind must be LLMRR_SEGMENT_PREFILL or _DECODE");
+      }
+      if (g.sample != 0 && g.sample != 1) return bad_call(r, fn, where + ": sample must be 0 or 1");
+      llmrr::BatchSegment b;
+      b.request = g.request;
+      b.start = g.start;
+      b.count = g.count;
+      b.cached = g.cached;
+      b.kind = g.kind == LLMRR_SEGMENT_DECODE ? llmrr::SegmentKind::kDecode
+                                              : llmrr::SegmentKind::kPrefill;
+      b.sample = g.sample != 0;
+      rows += g.count;
+      if (rows > std::numeric_limits<int32_t>::max()) return bad_call(r, fn, "too many rows");
+      segments.push_back(b);
+    }
+    r->segments = std::move(segments);
+    r->step = step;
+    r->any_step = true;
+    r->in_step = true;
+    r->step_rows = rows;
+    r->plan_sites.clear();
+    r->row_sites.clear();
+    r->routing_layers.clear();
+    r->logits_rows.clear();
+    r->token_rows.clear();
+    llmrr::StepInfo info;
+    info.step = step;
+    info.segments = r->segments;
+    info.rows = rows;
+    r->rec->on_step(info);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_record_plan(llmrr_recorder* r, const char* site_name, const llmrr_plan* p) {
+  static const char* fn = "llmrr_recorder_record_plan";
+  return guarded(r, fn, [&]() -> int {
+    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
+    llmrr::SiteId site;
+    if (!parse_site_name(site_name, &site)) return bad_call(r, fn, unknown_site(site_name));
+    if (p == nullptr) return bad_call(r, fn, "plan is null");
+    const std::string where = std::string("site ") + site_name;
+    if (r->plan_sites.count(site.packed())) {
+      return bad_call(r, fn, where + ": plan already recorded in step " + std::to_string(r->step));
+    }
+    if (p->op < LLMRR_OP_GEMM || p->op > LLMRR_OP_COMBINE || p->mode < 0 || p->mode > 1 ||
+        p->order < 0 || p->order > 1) {
+      return bad_call(r, fn, where + ": op, mode or order out of range");
+    }
+    if (p->arrival_len > 0 && p->arrival == nullptr) {
+      return bad_call(
+          r, fn, where + ": arrival is null with arrival_len " + std::to_string(p->arrival_len));
+    }
+    if (p->arrival_len > (size_t{1} << 24)) return bad_call(r, fn, where + ": arrival too long");
+    llmrr::Plan plan;
+    plan.op = static_cast<llmrr::OpKind>(p->op);
+    plan.mode = static_cast<llmrr::SplitMode>(p->mode);
+    plan.order = static_cast<llmrr::CombineOrder>(p->order);
+    plan.separate_new_kv = p->separate_new_kv != 0;
+    plan.splits = p->splits;
+    plan.split_size = p->split_size;
+    plan.k_tile = p->k_tile;
+    if (p->arrival_len > 0) plan.arrival.assign(p->arrival, p->arrival + p->arrival_len);
+    std::string why = llmrr::plan_check(plan);
+    if (!why.empty()) return bad_call(r, fn, where + ": bad plan: " + why);
+    r->plan_sites.insert(site.packed());
+    r->rec->on_plan(r->step, site, plan);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_wants_rows(llmrr_recorder* r, const char* site_name) {
+  static const char* fn = "llmrr_recorder_wants_rows";
+  if (r == nullptr)
+    return -fail_call(ErrorCode::kInvalidArgument, std::string(fn) + ": null recorder");
+  try {
+    std::lock_guard<std::mutex> lock(r->mu);
+    llmrr::SiteId site;
+    if (!parse_site_name(site_name, &site)) {
+      return -fail_call(ErrorCode::kInvalidArgument,
+                        std::string(fn) + ": " + unknown_site(site_name));
+    }
+    return r->rec && r->rec->wants_rows(site) ? 1 : 0;
+  } catch (...) {
+    return -fail_call(ErrorCode::kInternal, std::string(fn) + ": unexpected exception");
+  }
+}
+
+int llmrr_recorder_record_rows(llmrr_recorder* r, const char* site_name, const void* data,
+                               int32_t dtype, int64_t rows, int64_t cols, int64_t ld,
+                               const int32_t* batch_rows) {
+  static const char* fn = "llmrr_recorder_record_rows";
+  return guarded(r, fn, [&]() -> int {
+    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
+    llmrr::SiteId site;
+    if (!parse_site_name(site_name, &site)) return bad_call(r, fn, unknown_site(site_name));
+    const std::string where = std::string("site ") + site_name;
+    if (r->row_sites.count(site.packed())) {
+      return bad_call(r, fn, where + ": rows already recorded in step " + std::to_string(r->step));
+    }
+    if (!dtype_ok(dtype))
+      return bad_call(r, fn, where + ": unknown dtype " + std::to_string(dtype));
+    if (ld == 0) ld = cols;
+    if (rows < 1 || cols < 1 || ld < cols || cols > std::numeric_limits<int32_t>::max()) {
+      return bad_call(r, fn,
+                      where + ": needs rows >= 1, cols >= 1, ld = 0 or >= cols (rows " +
+                          std::to_string(rows) + ", cols " + std::to_string(cols) + ", ld " +
+                          std::to_string(ld) + ")");
+    }
+    if (data == nullptr) return bad_call(r, fn, where + ": data is null");
+    if (batch_rows == nullptr && rows > r->step_rows) {
+      return bad_call(r, fn,
+                      where + ": " + std::to_string(rows) + " rows in a batch of " +
+                          std::to_string(r->step_rows));
+    }
+    if (batch_rows != nullptr) {
+      std::vector<bool> seen(static_cast<size_t>(r->step_rows), false);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int32_t b = batch_rows[i];
+        if (b < 0 || b >= r->step_rows || seen[static_cast<size_t>(b)]) {
+          return bad_call(r, fn,
+                          where + ": batch_rows[" + std::to_string(i) + "] is " +
+                              std::to_string(b) + " (each once, in [0, " +
+                              std::to_string(r->step_rows) + "))");
+        }
+        seen[static_cast<size_t>(b)] = true;
+      }
+    }
+    r->row_sites.insert(site.packed());
+    if (!r->rec->wants_rows(site)) return LLMRR_OK;  // not at this capture level
+    llmrr::RowsView v;
+    v.step = r->step;
+    v.site = site;
+    v.rows = rows;
+    v.cols = cols;
+    v.batch_rows = batch_rows;
+    if (dtype == LLMRR_DTYPE_F32) {
+      v.data = static_cast<const float*>(data);
+      v.ld = ld;
+    } else {
+      widen(data, dtype, rows, cols, ld, &r->scratch);
+      v.data = r->scratch.data();
+      v.ld = cols;
+    }
+    r->rec->on_rows(v);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_record_routing(llmrr_recorder* r, const llmrr_routing* g) {
+  static const char* fn = "llmrr_recorder_record_routing";
+  return guarded(r, fn, [&]() -> int {
+    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
+    if (g == nullptr) return bad_call(r, fn, "routing is null");
+    const std::string where = "layer " + std::to_string(g->layer);
+    if (g->layer < 0) return bad_call(r, fn, where + ": layer must be >= 0");
+    if (r->routing_layers.count(g->layer)) {
+      return bad_call(r, fn,
+                      where + ": routing already recorded in step " + std::to_string(r->step));
+    }
+    if (g->rows != r->step_rows) {
+      return bad_call(r, fn,
+                      where + ": routing covers " + std::to_string(g->rows) +
+                          " rows, the step has " + std::to_string(r->step_rows));
+    }
+    if (g->k < 1 || g->experts_total < 1 || g->experts_total > 32767 || g->capacity < 0) {
+      return bad_call(r, fn, where + ": needs k >= 1, experts_total in [1, 32767], capacity >= 0");
+    }
+    if (g->experts == nullptr) return bad_call(r, fn, where + ": experts is null");
+    const size_t n = static_cast<size_t>(g->rows) * static_cast<size_t>(g->k);
+    std::vector<int32_t> chosen(n), experts(g->experts, g->experts + n);
+    std::vector<float> gates(n, 0.0f);
+    std::vector<llmrr::RouteOutcome> outcome(n);
+    for (size_t i = 0; i < n; ++i) {
+      chosen[i] = g->chosen ? g->chosen[i] : g->experts[i];
+      if (experts[i] < -1 || experts[i] >= g->experts_total || chosen[i] < 0 ||
+          chosen[i] >= g->experts_total) {
+        return bad_call(r, fn,
+                        where + ": slot " + std::to_string(i) + ": expert " +
+                            std::to_string(experts[i]) + " / chosen " + std::to_string(chosen[i]) +
+                            " outside [0, experts_total)");
+      }
+      if (g->gates) gates[i] = g->gates[i];
+      uint8_t o =
+          g->outcome ? g->outcome[i] : (experts[i] < 0 ? LLMRR_ROUTE_DROPPED : LLMRR_ROUTE_KEPT);
+      if (o > LLMRR_ROUTE_DROPPED) {
+        return bad_call(r, fn,
+                        where + ": slot " + std::to_string(i) + ": outcome " + std::to_string(o) +
+                            " is not LLMRR_ROUTE_*");
+      }
+      outcome[i] = static_cast<llmrr::RouteOutcome>(o);
+    }
+    r->routing_layers.insert(g->layer);
+    llmrr::RoutingView v;
+    v.step = r->step;
+    v.layer = g->layer;
+    v.rows = g->rows;
+    v.k = g->k;
+    v.experts_total = g->experts_total;
+    v.capacity = g->capacity;
+    v.chosen = chosen.data();
+    v.experts = experts.data();
+    v.gates = gates.data();
+    v.outcome = outcome.data();
+    r->rec->on_routing(v);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_record_logits(llmrr_recorder* r, uint64_t request, int32_t position,
+                                 int64_t batch_row, const void* logits, int32_t dtype,
+                                 int64_t vocab) {
+  static const char* fn = "llmrr_recorder_record_logits";
+  return guarded(r, fn, [&]() -> int {
+    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
+    const std::string where =
+        "request " + std::to_string(request) + " position " + std::to_string(position);
+    int64_t row = -1;
+    if (segment_of(r, request, position, &row) == nullptr) {
+      return bad_call(r, fn, where + ": not a row of step " + std::to_string(r->step));
+    }
+    if (batch_row != row) {
+      return bad_call(r, fn,
+                      where + ": batch_row is " + std::to_string(batch_row) +
+                          ", the segments put that row at " + std::to_string(row));
+    }
+    if (r->logits_rows.count({request, position})) {
+      return bad_call(r, fn, where + ": logits already recorded");
+    }
+    if (!dtype_ok(dtype))
+      return bad_call(r, fn, where + ": unknown dtype " + std::to_string(dtype));
+    if (vocab < 1 || vocab > std::numeric_limits<int32_t>::max() ||
+        (r->vocab > 0 && vocab != r->vocab)) {
+      return bad_call(
+          r, fn,
+          where + ": vocab is " + std::to_string(vocab) +
+              (r->vocab > 0 ? ", the config says " + std::to_string(r->vocab) : std::string()));
+    }
+    if (logits == nullptr) return bad_call(r, fn, where + ": logits is null");
+    r->logits_rows.insert({request, position});
+    llmrr::LogitsView v;
+    v.step = r->step;
+    v.request = request;
+    v.position = position;
+    v.batch_row = batch_row;
+    v.vocab = vocab;
+    if (dtype == LLMRR_DTYPE_F32) {
+      v.logits = static_cast<const float*>(logits);
+    } else {
+      widen(logits, dtype, 1, vocab, vocab, &r->scratch);
+      v.logits = r->scratch.data();
+    }
+    r->rec->on_logits(v);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_record_token(llmrr_recorder* r, uint64_t request, int32_t position,
+                                int32_t token, double uniform) {
+  static const char* fn = "llmrr_recorder_record_token";
+  return guarded(r, fn, [&]() -> int {
+    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
+    const std::string where =
+        "request " + std::to_string(request) + " position " + std::to_string(position);
+    if (!r->requests.count(request))
+      return bad_call(r, fn, where + ": the request was never added");
+    if (position < 1) return bad_call(r, fn, where + ": position must be >= 1");
+    if (token < 0 || (r->vocab > 0 && token >= r->vocab)) {
+      return bad_call(r, fn, where + ": token " + std::to_string(token) + " outside [0, vocab)");
+    }
+    if (!(uniform == -1.0 || (uniform >= 0.0 && uniform < 1.0))) {
+      return bad_call(r, fn, where + ": uniform must be -1 (greedy) or in [0, 1)");
+    }
+    if (r->token_rows.count({request, position}))
+      return bad_call(r, fn, where + ": token already recorded");
+    r->token_rows.insert({request, position});
+    llmrr::TokenEvent t;
+    t.step = r->step;
+    t.request = request;
+    t.position = position;
+    t.token = token;
+    t.sample.token = token;
+    t.sample.uniform = uniform;
+    r->rec->on_token(t);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_record_finish(llmrr_recorder* r, uint64_t request, int32_t reason,
+                                 int32_t generated) {
+  static const char* fn = "llmrr_recorder_record_finish";
+  return guarded(r, fn, [&]() -> int {
+    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
+    const std::string where = "request " + std::to_string(request);
+    if (!r->requests.count(request))
+      return bad_call(r, fn, where + ": the request was never added");
+    if (r->finished.count(request)) return bad_call(r, fn, where + ": already finished");
+    if (reason < LLMRR_FINISH_EOS || reason > LLMRR_FINISH_ABORTED || generated < 0) {
+      return bad_call(r, fn, where + ": reason must be LLMRR_FINISH_* and generated >= 0");
+    }
+    r->finished.insert(request);
+    llmrr::RequestFinish f;
+    f.step = r->step;
+    f.request = request;
+    f.reason = static_cast<llmrr::FinishReason>(reason);
+    f.generated = generated;
+    r->rec->on_finish(f);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_end_step(llmrr_recorder* r) {
+  static const char* fn = "llmrr_recorder_end_step";
+  return guarded(r, fn, [&]() -> int {
+    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
+    r->in_step = false;
+    r->rec->on_step_end(r->step);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_status(const llmrr_recorder* r) {
+  if (r == nullptr) return LLMRR_E_INVALID_ARGUMENT;
+  auto* m = const_cast<llmrr_recorder*>(r);
+  try {
+    std::lock_guard<std::mutex> lock(m->mu);
+    if (!m->rec) return LLMRR_OK;
+    return code_of(m->rec->status());
+  } catch (...) {
+    return LLMRR_E_INTERNAL;
+  }
+}
+
+const char* llmrr_recorder_last_error(void) {
+  return g_last_error.c_str();
+}
+
+const char* llmrr_error_name(int code) {
+  if (code < 0 || code > 0xffff) return "unknown";
+  return llmrr::error_code_name(static_cast<ErrorCode>(code));
+}
+
+int llmrr_recorder_abi_version(void) {
+  return LLMRR_RECORDER_ABI_VERSION;
+}
+
+}  // extern "C"
