@@ -116,7 +116,11 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
   if (overflow != Overflow::kNone && !(o.capacity_factor > 0)) {
     return bad("--overflow " + o.overflow + " needs --capacity-factor F (F > 0)");
   }
-  if (o.threads < 0) return bad("--threads must be >= 0");
+  if (o.threads < 0 || o.threads > 256) return bad("--threads must be in [0, 256]");
+  if (o.max_batch_tokens < 1) return bad("--max-batch-tokens must be >= 1");
+  if (o.max_seqs < 1) return bad("--max-seqs must be >= 1");
+  if (o.prefill_chunk < 0) return bad("--prefill-chunk must be >= 0 (0 = no limit)");
+  if (o.kv_block < 1 || o.kv_block > 65536) return bad("--kv-block must be in [1, 65536]");
   if (o.sms < 1 || o.sms > 100000) return bad("--sms must be in [1, 100000]");
   if (o.blocks_per_sm < 1 || o.blocks_per_sm > 64) return bad("--blocks-per-sm must be in [1, 64]");
   if (o.attn_split < 0) return bad("--attn-split must be >= 0");
