@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "llmrr/kernels/isa.h"
 #include "llmrr/kernels/numerics.h"
 #include "llmrr/runtime/engine.h"
 #include "llmrr/runtime/load.h"
@@ -80,8 +81,9 @@ TEST_P(EngineModels, ScorePromptMatchesGenerationUnderInvariant) {
   }
 }
 
-// DESIGN invariant 1 at the engine level: whole runs, any thread count, same bits.
-TEST_P(EngineModels, ThreadCountDoesNotChangeResults) {
+// DESIGN invariant 1 at the engine level: whole runs, any thread count, any ISA path, same
+// bits.
+TEST_P(EngineModels, ThreadCountAndIsaDoNotChangeResults) {
   std::vector<RequestSpec> reqs = target_and_load("Thread count", 8, 5, 11);
   EngineConfig cfg;
   cfg.scheduler.prefill_chunk = 9;
@@ -91,6 +93,14 @@ TEST_P(EngineModels, ThreadCountDoesNotChangeResults) {
     cfg.threads = threads;
     runs.push_back(testing::run_requests(model(), cfg, testing::production(), reqs));
   }
+  // And any SIMD path (invariant 1): the scalar and AVX2 paths give the same whole run.
+  cfg.threads = 2;
+  const kernels::Isa native = kernels::active_isa();
+  for (kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kScalar}) {
+    if (kernels::set_isa(isa) != isa || isa == native) continue;
+    runs.push_back(testing::run_requests(model(), cfg, testing::production(), reqs));
+  }
+  kernels::set_isa(native);
   for (size_t i = 1; i < runs.size(); ++i) {
     expect_same_logits(*runs[0].trace, *runs[i].trace);
     for (const RequestSpec& r : reqs) {

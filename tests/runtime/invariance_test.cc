@@ -2,7 +2,7 @@
 // requests, their lengths and arrivals, the target's arrival, chunk size, batch limits),
 // under the invariant policy the target's logits are bit-identical to its solo run; under
 // production some differ, and every difference is explained by a plan that differs on the
-// path of the target's rows.
+// path of the target's rows. tiny-moe runs in fp32, tiny-dense with bf16 activations.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -96,9 +96,15 @@ struct Outcome {
   std::map<int32_t, std::string> sigs;
 };
 
-Outcome run_case(const LoadedModel& m, const EngineConfig& cfg, std::shared_ptr<Policy> policy,
+bool g_bf16 = false;
+
+Outcome run_case(const LoadedModel& m, EngineConfig cfg, std::shared_ptr<Policy> policy,
                  const std::vector<RequestSpec>& reqs) {
   Outcome o;
+  if (g_bf16) {
+    cfg.weight_type = kernels::WeightType::kBF16;
+    cfg.bf16_activations = true;
+  }
   auto e = Engine::create(m, cfg, std::move(policy));
   EXPECT_TRUE(e.ok());
   o.trace = std::make_unique<MemoryTrace>();
@@ -149,7 +155,8 @@ std::vector<Case> make_cases(int n, uint64_t seed) {
   return cases;
 }
 
-void check_model(const LoadedModel& m, int n_cases, uint64_t seed) {
+void check_model(const LoadedModel& m, int n_cases, uint64_t seed, bool bf16) {
+  g_bf16 = bf16;
   std::vector<Case> cases = make_cases(n_cases, seed);
   // Solo runs: the target alone, default engine config.
   std::map<std::pair<int, bool>, Outcome> solo;
@@ -185,14 +192,21 @@ void check_model(const LoadedModel& m, int n_cases, uint64_t seed) {
                            << " but every plan on the target's path is the same";
   }
   EXPECT_GT(production_differ, 0) << "production never changed the target's logits";
-  std::printf("[ info ] %s: production changed the target's logits in %d of %d compositions "
-              "(tokens in %d); invariant in none\n",
-              m.identity.c_str(), production_differ, n_cases, production_token_differ);
+  std::printf("[ info ] %s (%s): production changed the target's logits in %d of %d "
+              "compositions (tokens in %d); invariant in none\n",
+              m.identity.c_str(), bf16 ? "bf16" : "fp32", production_differ, n_cases,
+              production_token_differ);
 }
 
-TEST(Invariance, TinyMoe200Compositions) { check_model(testing::builtin("tiny-moe"), 200, 1); }
+TEST(Invariance, TinyMoe200Compositions) {
+  check_model(testing::builtin("tiny-moe"), 200, 1, /*bf16=*/false);
+}
 
-TEST(Invariance, TinyDense200Compositions) { check_model(testing::builtin("tiny-dense"), 200, 2); }
+// bf16 activations, as a bf16 checkpoint computes: the invariant policy stays bit-exact,
+// and production's differences now reach the generated tokens.
+TEST(Invariance, TinyDenseBf16200Compositions) {
+  check_model(testing::builtin("tiny-dense"), 200, 2, /*bf16=*/true);
+}
 
 }  // namespace
 }  // namespace llmrr

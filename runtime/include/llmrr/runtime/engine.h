@@ -21,6 +21,17 @@
 // Under a ScheduleSource the engine takes each step's batch from it, the prompt tokens
 // from the requests it was given, and the tokens it feeds back from its own sampler.
 //
+// Sites and plans. Every op asks the Policy for its plan at its site and reports it with
+// on_plan, every step: per layer attn_norm, q, k, v, attn.core, o, mlp_norm, then the dense
+// MLP's gate, up, down, or the MoE's router, the expert GEMMs of every expert that received
+// tokens this step (experts with none run nothing and report nothing), the shared expert's
+// gate, up, down, scale, and moe.combine; final_norm and logits when a row samples. Rows of
+// a site go to observers that asked wants_rows(site) that step, in forward order; expert
+// sites carry only the rows routed to the expert (RowsView::batch_rows says which), and
+// moe.combine's rows are the MoE block's output (routed sum plus the scaled shared expert).
+// Steps where the batch would be empty are skipped (no callbacks; the step counter jumps to
+// the next arrival). score_prompt calls no observer.
+//
 // Precision. Linear weights are fp32 or bf16 (kernels::WeightType), accumulation is fp32.
 // With bf16 activations (a bf16 checkpoint as Hugging Face computes it) the engine rounds
 // to bf16: the output of every GEMM (after its bias), q and k after RoPE (so the KV cache
