@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <tuple>
@@ -50,21 +52,31 @@ struct SampleInfo {
   float v1 = 0, v2 = 0;
 };
 
+using AlignKey = std::tuple<uint64_t, uint32_t, int32_t, uint32_t, uint64_t>;
+
+AlignKey align_key(const trace::RequestRecord& r) {
+  uint32_t t, p;
+  std::memcpy(&t, &r.temperature, 4);
+  std::memcpy(&p, &r.top_p, 4);
+  return {trace::prompt_hash(r.prompt), t, r.top_k, p, r.seed};
+}
+
 struct ReqSummary {
   trace::RequestRecord rec;
   bool have_rec = false;
+  int64_t arrival_index = -1;        // arrival order in its trace
+  AlignKey key{};                    // prompt hash and sampling params
+  uint32_t occurrence = 0;           // earlier arrivals with the same key in its trace
   std::vector<RowInfo> rows;         // by position
   std::vector<SampleInfo> samples;   // by position of the sampled row
   std::vector<int32_t> tokens;       // by position the token occupies; -1 = none
   int32_t generated = 0;
 };
 
-struct Summary {
-  std::vector<RequestId> order;  // arrival order
-  std::unordered_map<RequestId, ReqSummary> reqs;
-  int64_t steps = 0;
-  Status status;
-};
+// Receives each request's summary once it is complete: at its finish record, or at the end of
+// the trace for requests still running (truncated traces). Then the summary is gone from the
+// scan: memory holds only the requests in flight.
+using EmitFn = std::function<void(ReqSummary&&)>;
 
 // Which sites go into the row digests: those both traces capture.
 enum class DigestSites { kNone, kLayers, kAll };
@@ -84,52 +96,69 @@ T& at_grow(std::vector<T>& v, size_t i, const T& fill = T()) {
   return v[i];
 }
 
-Status scan_trace(const trace::TraceReader& reader, DigestSites which, Summary* out) {
-  trace::StepCursor cur = reader.steps();
-  trace::StepRecord s;
-  std::vector<ReqSummary*> row_req;
-  std::vector<int32_t> row_pos;
-  for (;;) {
-    Result<bool> got = cur.next(&s);
+// Streams one trace, one step per next(), emitting each request's summary when complete.
+class Scanner {
+ public:
+  Scanner(const trace::TraceReader& reader, DigestSites which, EmitFn emit)
+      : cur_(reader.steps()), which_(which), emit_(std::move(emit)) {}
+
+  // Processes one step; false at the end (after emitting the requests still running).
+  Result<bool> next() {
+    if (done_) return false;
+    Result<bool> got = cur_.next(&s_);
     if (!got.ok()) return got.status();
-    if (!*got) break;
-    ++out->steps;
+    if (!*got) {
+      finish();
+      done_ = true;
+      return false;
+    }
+    ++steps_;
+    take_step();
+    return true;
+  }
+  int64_t steps() const { return steps_; }
+
+ private:
+  void take_step() {
+    trace::StepRecord& s = s_;
     for (trace::RequestRecord& a : s.arrivals) {
-      ReqSummary& r = out->reqs[a.id];
+      ReqSummary& r = live_[a.id];
       if (!r.have_rec) {
         r.rec = std::move(a);
         r.have_rec = true;
-        out->order.push_back(r.rec.id);
+        r.arrival_index = arrivals_++;
+        r.key = align_key(r.rec);
+        r.occurrence = occurrences_[r.key]++;
       }
     }
-    row_req.clear();
-    row_pos.clear();
+    row_req_.clear();
+    row_pos_.clear();
     int32_t row = 0;
     for (const trace::Segment& g : s.segments) {
-      ReqSummary* rs = &out->reqs[g.request];
+      ReqSummary* rs = &live_[g.request];
       if (g.start < 0 || g.count < 0 || g.start > (1 << 28)) continue;
       for (int32_t j = 0; j < g.count; ++j) {
-        row_req.push_back(rs);
-        row_pos.push_back(g.start + j);
+        row_req_.push_back(rs);
+        row_pos_.push_back(g.start + j);
         RowInfo& ri = at_grow(rs->rows, static_cast<size_t>(g.start + j));
         ri.step = s.step;
         ri.batch_row = row++;
       }
     }
-    const int64_t nrows = static_cast<int64_t>(row_req.size());
+    const int64_t nrows = static_cast<int64_t>(row_req_.size());
     for (const trace::SiteRows& sr : s.rows) {
-      if (!digest_site(which, sr.site)) continue;
+      if (!digest_site(which_, sr.site)) continue;
       for (size_t r = 0; r < sr.rows.size(); ++r) {
         int64_t b = sr.batch_rows.empty() ? static_cast<int64_t>(r) : sr.batch_rows[r];
         if (b < 0 || b >= nrows) continue;
-        RowInfo& ri = row_req[b]->rows[row_pos[b]];
+        RowInfo& ri = row_req_[b]->rows[row_pos_[b]];
         ri.digest += mix(sr.site, sr.rows[r].hash);
         ++ri.sites;
       }
     }
     for (const trace::LogitsRecord& l : s.logits) {
       if (l.position < 0 || l.position > (1 << 28)) continue;
-      SampleInfo& si = at_grow(out->reqs[l.request].samples, static_cast<size_t>(l.position));
+      SampleInfo& si = at_grow(live_[l.request].samples, static_cast<size_t>(l.position));
       si.step = s.step;
       si.batch_row = l.batch_row;
       si.full = l.full;
@@ -145,13 +174,43 @@ Status scan_trace(const trace::TraceReader& reader, DigestSites which, Summary* 
     }
     for (const trace::TokenRecord& t : s.tokens) {
       if (t.position < 0 || t.position > (1 << 28)) continue;
-      ReqSummary& rs = out->reqs[t.request];
+      ReqSummary& rs = live_[t.request];
       at_grow(rs.tokens, static_cast<size_t>(t.position), int32_t{-1}) = t.token;
       ++rs.generated;
     }
+    for (const trace::FinishRecord& f : s.finishes) {
+      auto it = live_.find(f.request);
+      if (it == live_.end()) continue;
+      if (it->second.have_rec) emit_(std::move(it->second));
+      live_.erase(it);
+    }
   }
-  return Status::Ok();
-}
+
+  // Requests still running when the trace ends, in arrival order.
+  void finish() {
+    std::vector<ReqSummary*> rest;
+    for (auto& [id, r] : live_) {
+      if (r.have_rec) rest.push_back(&r);
+    }
+    std::sort(rest.begin(), rest.end(), [](const ReqSummary* x, const ReqSummary* y) {
+      return x->arrival_index < y->arrival_index;
+    });
+    for (ReqSummary* r : rest) emit_(std::move(*r));
+    live_.clear();
+  }
+
+  trace::StepCursor cur_;
+  DigestSites which_;
+  EmitFn emit_;
+  trace::StepRecord s_;
+  bool done_ = false;
+  int64_t steps_ = 0;
+  std::unordered_map<RequestId, ReqSummary> live_;
+  std::map<AlignKey, uint32_t> occurrences_;
+  int64_t arrivals_ = 0;
+  std::vector<ReqSummary*> row_req_;
+  std::vector<int32_t> row_pos_;
+};
 
 // ---- helpers -------------------------------------------------------------------------------
 
@@ -401,13 +460,30 @@ class TextDecoder {
 
 // ---- pass 2: explaining one request --------------------------------------------------------
 
+// What pass 2 needs of one aligned pair once both summaries are dropped: the comparison,
+// the rows worth a look (positions whose digests differ, up to the split, at most
+// max_candidates + 1), and whether the split row has no captured sites at all.
+struct Candidate {
+  int32_t position = 0;
+  int64_t step_a = -1, step_b = -1;
+  int32_t row_a = -1, row_b = -1;
+};
+
+struct PairWork {
+  int64_t order = 0;  // A's arrival index
+  RequestDiff d;
+  std::vector<Candidate> candidates;
+  bool more_candidates = false;
+  bool split_row_has_no_sites = false;
+};
+
 class Explainer {
  public:
   Explainer(trace::TraceReader& a, trace::TraceReader& b, const DiffOptions& o,
             bool weights_differ, bool config_differs)
       : a_(a), b_(b), o_(o), weights_differ_(weights_differ), config_differs_(config_differs) {}
 
-  Status explain(const ReqSummary& ra, const ReqSummary& rb, RequestDiff* d);
+  Status explain(PairWork* w);
 
  private:
   Status read(trace::TraceReader& r, int64_t step, trace::StepRecord* out) {
@@ -423,35 +499,18 @@ class Explainer {
   bool weights_differ_, config_differs_;
 };
 
-Status Explainer::explain(const ReqSummary& ra, const ReqSummary& rb, RequestDiff* d) {
-  // Candidate rows: positions up to the numerical split (or every comparable row when the
-  // logits agree) whose digests differ.
-  int32_t last = d->split_position >= 0 ? d->split_position
-                                        : (d->visible_position >= 0 ? d->visible_position - 1
-                                                                    : INT32_MAX);
-  const int32_t n = static_cast<int32_t>(std::min(ra.rows.size(), rb.rows.size()));
-  last = std::min(last, n - 1);
-  std::vector<int32_t> cands;
-  for (int32_t q = 0; q <= last; ++q) {
-    const RowInfo &x = ra.rows[q], &y = rb.rows[q];
-    if (x.step < 0 || y.step < 0) continue;
-    if (x.digest != y.digest || x.sites != y.sites) cands.push_back(q);
-  }
-  if (cands.empty() && d->split_position < 0) return Status::Ok();  // nothing differs inside
+Status Explainer::explain(PairWork* w) {
+  RequestDiff* d = &w->d;
+  if (w->candidates.empty() && d->split_position < 0) return Status::Ok();  // nothing differs
 
   trace::StepRecord sa, sb;
   int examined = 0;
-  for (int32_t q : cands) {
-    if (examined++ >= o_.max_candidates) {
-      d->notes.push_back("gave up after examining " + std::to_string(o_.max_candidates) +
-                         " rows whose fingerprints differ only in the sites one trace holds");
-      break;
-    }
-    const RowInfo &x = ra.rows[q], &y = rb.rows[q];
-    RETURN_IF_ERROR(read(a_, x.step, &sa));
-    RETURN_IF_ERROR(read(b_, y.step, &sb));
-    std::map<uint64_t, trace::Fingerprint> fa = row_sites(sa, x.batch_row);
-    std::map<uint64_t, trace::Fingerprint> fb = row_sites(sb, y.batch_row);
+  for (const Candidate& c : w->candidates) {
+    if (examined++ >= o_.max_candidates) break;
+    RETURN_IF_ERROR(read(a_, c.step_a, &sa));
+    RETURN_IF_ERROR(read(b_, c.step_b, &sb));
+    std::map<uint64_t, trace::Fingerprint> fa = row_sites(sa, c.row_a);
+    std::map<uint64_t, trace::Fingerprint> fb = row_sites(sb, c.row_b);
     std::optional<SiteId> first;
     int32_t common = 0;
     for (const auto& [site, fpa] : fa) {
@@ -464,7 +523,7 @@ Status Explainer::explain(const ReqSummary& ra, const ReqSummary& rb, RequestDif
     }
     if (!first) continue;
     d->root_found = true;
-    d->root_position = q;
+    d->root_position = c.position;
     d->first_site = site_name(*first);
     d->first_site_packed = first->packed();
     d->site_a = fa[first->packed()];
@@ -473,22 +532,24 @@ Status Explainer::explain(const ReqSummary& ra, const ReqSummary& rb, RequestDif
     causes(sa, sb, d);
     return Status::Ok();
   }
+  if (examined > o_.max_candidates || w->more_candidates) {
+    d->notes.push_back("gave up after examining " + std::to_string(o_.max_candidates) +
+                       " rows whose fingerprints differ only in the sites one trace holds");
+  }
   if (d->split_position < 0) {
     return Status::Ok();  // digests differ only through sites one trace lacks
   }
   // No captured site tells: fall back to the step of the first differing logits.
-  const int32_t p = d->split_position;
-  d->root_position = p;
-  RETURN_IF_ERROR(read(a_, ra.samples[p].step, &sa));
-  RETURN_IF_ERROR(read(b_, rb.samples[p].step, &sb));
-  const bool none = ra.rows.size() > static_cast<size_t>(p) && ra.rows[p].sites == 0 &&
-                    rb.rows.size() > static_cast<size_t>(p) && rb.rows[p].sites == 0;
+  d->root_position = d->split_position;
+  RETURN_IF_ERROR(read(a_, d->split_step_a, &sa));
+  RETURN_IF_ERROR(read(b_, d->split_step_b, &sb));
   d->capture_note =
-      none ? "no row fingerprints were captured for this request (capture none, or a trace "
-             "from the C ABI without sites): the first difference is known only from the "
-             "logits; record with --capture all to name the op"
-           : "every captured site agrees up to the logits: the difference arises after the "
-             "last captured site; record with --capture all to name the op";
+      w->split_row_has_no_sites
+          ? "no row fingerprints were captured for this request (capture none, or a trace "
+            "from the C ABI without sites): the first difference is known only from the "
+            "logits; record with --capture all to name the op"
+          : "every captured site agrees up to the logits: the difference arises after the "
+            "last captured site; record with --capture all to name the op";
   causes(sa, sb, d);
   return Status::Ok();
 }
@@ -622,15 +683,6 @@ void Explainer::causes(const trace::StepRecord& sa, const trace::StepRecord& sb,
 
 // ---- the report ------------------------------------------------------------------------------
 
-using AlignKey = std::tuple<uint64_t, uint32_t, int32_t, uint32_t, uint64_t>;
-
-AlignKey align_key(const trace::RequestRecord& r) {
-  uint32_t t, p;
-  std::memcpy(&t, &r.temperature, 4);
-  std::memcpy(&p, &r.top_p, 4);
-  return {trace::prompt_hash(r.prompt), t, r.top_k, p, r.seed};
-}
-
 void compare_request(const ReqSummary& ra, const ReqSummary& rb, RequestDiff* d) {
   d->a = ra.rec.id;
   d->b = rb.rec.id;
@@ -687,8 +739,9 @@ void compare_request(const ReqSummary& ra, const ReqSummary& rb, RequestDiff* d)
   }
 }
 
-void fill_text(const ReqSummary& ra, const ReqSummary& rb, const DiffOptions& o,
-               const TextDecoder& dec, RequestDiff* d) {
+// The tokens around a visible split (the summaries are dropped after matching).
+void gather_split_tokens(const ReqSummary& ra, const ReqSummary& rb, const DiffOptions& o,
+                         RequestDiff* d) {
   const int32_t v = d->visible_position;
   if (v < 0) return;
   auto token_at = [&](const ReqSummary& r, int32_t p) -> int32_t {
@@ -702,16 +755,117 @@ void fill_text(const ReqSummary& ra, const ReqSummary& rb, const DiffOptions& o,
     int32_t y = token_at(rb, p);
     if (y >= 0) d->continuation_b.push_back(y);
   }
+}
+
+void fill_text(const TextDecoder& dec, RequestDiff* d) {
+  if (d->visible_position < 0) return;
   d->context_text = dec.text(d->context);
   d->text_a = dec.text(d->continuation_a);
   d->text_b = dec.text(d->continuation_b);
-  d->token_a_text = dec.token(token_at(ra, v));
-  d->token_b_text = dec.token(token_at(rb, v));
+  d->token_a_text = dec.token(d->continuation_a.empty() ? -1 : d->continuation_a[0]);
+  d->token_b_text = dec.token(d->continuation_b.empty() ? -1 : d->continuation_b[0]);
   d->top1_a_text = dec.token(d->top1_a);
   d->top2_a_text = dec.token(d->top2_a);
   d->top1_b_text = dec.token(d->top1_b);
   d->top2_b_text = dec.token(d->top2_b);
 }
+
+// Compares one aligned pair and keeps what pass 2 needs.
+PairWork make_pair_work(const ReqSummary& ra, const ReqSummary& rb, const DiffOptions& o) {
+  PairWork w;
+  w.order = ra.arrival_index;
+  RequestDiff& d = w.d;
+  compare_request(ra, rb, &d);
+  gather_split_tokens(ra, rb, o, &d);
+  // Candidate rows: positions up to the numerical split (or every comparable row when the
+  // logits agree) whose digests differ.
+  int32_t last = d.split_position >= 0   ? d.split_position
+                 : d.visible_position >= 0 ? d.visible_position - 1
+                                           : INT32_MAX;
+  const int32_t n = static_cast<int32_t>(std::min(ra.rows.size(), rb.rows.size()));
+  last = std::min(last, n - 1);
+  for (int32_t q = 0; q <= last; ++q) {
+    const RowInfo &x = ra.rows[q], &y = rb.rows[q];
+    if (x.step < 0 || y.step < 0) continue;
+    if (x.digest == y.digest && x.sites == y.sites) continue;
+    if (static_cast<int32_t>(w.candidates.size()) > o.max_candidates) {
+      w.more_candidates = true;
+      break;
+    }
+    w.candidates.push_back({q, x.step, y.step, x.batch_row, y.batch_row});
+  }
+  const int32_t p = d.split_position;
+  if (p >= 0) {
+    w.split_row_has_no_sites = static_cast<size_t>(p) < ra.rows.size() && ra.rows[p].sites == 0 &&
+                               static_cast<size_t>(p) < rb.rows.size() && rb.rows[p].sites == 0;
+  }
+  return w;
+}
+
+// Pairs the summaries the two scans emit (from two threads) and drops them once compared:
+// memory holds the requests in flight in either trace, plus those still waiting for their
+// counterpart (requests only one trace has wait until the end).
+class Matcher {
+ public:
+  explicit Matcher(const DiffOptions& o) : o_(o) {}
+
+  void add(int side, ReqSummary&& r) {
+    std::optional<ReqSummary> other;
+    Key key = key_of(side, r);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (o_.request) {
+        RequestId want = side == 0 ? o_.request->first : o_.request->second;
+        if (r.rec.id != want) return;
+        found_[side] = true;
+      }
+      auto& theirs = pending_[1 - side];
+      auto it = theirs.find(key);
+      if (it == theirs.end()) {
+        pending_[side].emplace(key, std::move(r));
+        return;
+      }
+      other = std::move(it->second);
+      theirs.erase(it);
+    }
+    const ReqSummary& a = side == 0 ? r : *other;
+    const ReqSummary& b = side == 0 ? *other : r;
+    PairWork w = make_pair_work(a, b, o_);
+    std::lock_guard<std::mutex> lock(mu_);
+    pairs_.push_back(std::move(w));
+  }
+
+  // After both scans: pairs in A's arrival order; the unmatched ids of each side.
+  std::vector<PairWork> take_pairs() {
+    std::sort(pairs_.begin(), pairs_.end(),
+              [](const PairWork& x, const PairWork& y) { return x.order < y.order; });
+    return std::move(pairs_);
+  }
+  std::vector<RequestId> unmatched(int side) const {
+    std::vector<std::pair<int64_t, RequestId>> v;
+    for (const auto& [k, r] : pending_[side]) v.push_back({r.arrival_index, r.rec.id});
+    std::sort(v.begin(), v.end());
+    std::vector<RequestId> out;
+    for (const auto& x : v) out.push_back(x.second);
+    return out;
+  }
+  bool found(int side) const { return found_[side]; }
+
+ private:
+  // (prompt hash, sampling params, occurrence of that key in its trace) — or, with explicit
+  // ids, one key for the one request of each side.
+  using Key = std::tuple<AlignKey, uint32_t>;
+  Key key_of(int side, const ReqSummary& r) const {
+    if (o_.request) return {AlignKey{}, 0};
+    return {r.key, r.occurrence};
+  }
+
+  const DiffOptions& o_;
+  std::mutex mu_;
+  std::map<Key, ReqSummary> pending_[2];
+  std::vector<PairWork> pairs_;
+  bool found_[2] = {false, false};
+};
 
 // Logits distance at the numerical split from the two steps' top-K lists.
 Status logits_distance(trace::TraceReader& a, trace::TraceReader& b, RequestDiff* d) {
@@ -801,55 +955,64 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
                         trace::capture_level_name(ca) + " vs " + trace::capture_level_name(cb) +
                         "): rows are compared at the sites both hold");
   }
-  Summary sa, sb;
+  Matcher matcher(o);
+  Scanner scan_a(*a, which, [&](ReqSummary&& r) { matcher.add(0, std::move(r)); });
+  Scanner scan_b(*b, which, [&](ReqSummary&& r) { matcher.add(1, std::move(r)); });
+  auto drain = [](Scanner& sc) -> Status {
+    for (;;) {
+      ASSIGN_OR_RETURN(bool more, sc.next());
+      if (!more) return Status::Ok();
+    }
+  };
+  Status status_a, status_b;
   if (o.parallel) {
-    std::thread t([&] { sb.status = scan_trace(*b, which, &sb); });
-    sa.status = scan_trace(*a, which, &sa);
+    std::thread t([&] { status_b = drain(scan_b); });
+    status_a = drain(scan_a);
     t.join();
   } else {
-    sa.status = scan_trace(*a, which, &sa);
-    sb.status = scan_trace(*b, which, &sb);
+    // One thread: the two traces step by step in turn, so that requests meet their
+    // counterparts as early as they do on two threads.
+    bool more_a = true, more_b = true;
+    while ((more_a || more_b) && status_a.ok() && status_b.ok()) {
+      if (more_a) {
+        Result<bool> r = scan_a.next();
+        if (r.ok()) {
+          more_a = *r;
+        } else {
+          status_a = r.status();
+        }
+      }
+      if (more_b) {
+        Result<bool> r = scan_b.next();
+        if (r.ok()) {
+          more_b = *r;
+        } else {
+          status_b = r.status();
+        }
+      }
+    }
   }
-  RETURN_IF_ERROR(sa.status.with_context(sa.status.ok() ? "" : "A: "));
-  RETURN_IF_ERROR(sb.status.with_context(sb.status.ok() ? "" : "B: "));
+  if (!status_a.ok()) return status_a.with_context("A: ");
+  if (!status_b.ok()) return status_b.with_context("B: ");
 
-  // Alignment.
-  std::vector<std::pair<RequestId, RequestId>> pairs;
   if (o.request) {
     rep.alignment = "explicit ids";
-    auto ia = sa.reqs.find(o.request->first);
-    auto ib = sb.reqs.find(o.request->second);
-    if (ia == sa.reqs.end() || !ia->second.have_rec) {
+    if (!matcher.found(0)) {
       return make_error(ErrorCode::kInvalidArgument,
                         "--request: " + a_path + " has no request " +
                             std::to_string(o.request->first));
     }
-    if (ib == sb.reqs.end() || !ib->second.have_rec) {
+    if (!matcher.found(1)) {
       return make_error(ErrorCode::kInvalidArgument,
                         "--request: " + b_path + " has no request " +
                             std::to_string(o.request->second));
     }
-    pairs.push_back(*o.request);
   } else {
     rep.alignment = "prompt hash and sampling params";
-    std::map<AlignKey, std::vector<RequestId>> pool;
-    for (RequestId id : sb.order) pool[align_key(sb.reqs[id].rec)].push_back(id);
-    std::map<AlignKey, size_t> used;
-    for (RequestId id : sa.order) {
-      AlignKey k = align_key(sa.reqs[id].rec);
-      auto it = pool.find(k);
-      size_t& u = used[k];
-      if (it == pool.end() || u >= it->second.size()) {
-        rep.only_a.push_back(id);
-        continue;
-      }
-      pairs.push_back({id, it->second[u++]});
-    }
-    for (auto& [k, ids] : pool) {
-      for (size_t i = used.count(k) ? used[k] : 0; i < ids.size(); ++i) rep.only_b.push_back(ids[i]);
-    }
-    std::sort(rep.only_b.begin(), rep.only_b.end());
+    rep.only_a = matcher.unmatched(0);
+    rep.only_b = matcher.unmatched(1);
   }
+  std::vector<PairWork> pairs = matcher.take_pairs();
 
   uint64_t ha = 0, hb = 0;
   bool weights_differ = parse_weight_hash(rep.a_header.model.weight_hash, &ha) &&
@@ -857,12 +1020,9 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
   bool config_differs = rep.a_header.model.compute_dtype != rep.b_header.model.compute_dtype ||
                         rep.a_header.extra_config_json != rep.b_header.extra_config_json;
   Explainer ex(*a, *b, o, weights_differ, config_differs);
-  for (const auto& [ia, ib] : pairs) {
-    const ReqSummary& ra = sa.reqs[ia];
-    const ReqSummary& rb = sb.reqs[ib];
-    RequestDiff d;
-    compare_request(ra, rb, &d);
-    RETURN_IF_ERROR(ex.explain(ra, rb, &d));
+  for (PairWork& w : pairs) {
+    RETURN_IF_ERROR(ex.explain(&w));
+    RequestDiff& d = w.d;
     RETURN_IF_ERROR(logits_distance(*a, *b, &d));
     if (d.verdict == Verdict::kIdentical && d.root_found) {
       d.notes.push_back("logits and tokens are bit-identical, but rows differ inside: first at "
@@ -896,9 +1056,7 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
     }
   }
   rep.text_decoded = dec.ok();
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    fill_text(sa.reqs[pairs[i].first], sb.reqs[pairs[i].second], o, dec, &rep.requests[i]);
-  }
+  for (RequestDiff& d : rep.requests) fill_text(dec, &d);
   return rep;
 }
 
