@@ -107,5 +107,75 @@ TEST(ReplayCli, MaterializeWritesNpy) {
   EXPECT_EQ(rc, 2) << out;
 }
 
+// Traces written by `llmrr record` (the run header it writes) replay with every engine
+// option that changes numerics: dtype, scoring, capacity, attention split, KV block, prefill
+// chunk, atomics, sampling.
+TEST(ReplayCli, TracesOfLlmrrRecordReplay) {
+  const std::string bin = rtest::llmrr_binary();
+  struct Case {
+    const char* name;
+    const char* options;
+  };
+  const Case cases[] = {
+      {"rec-invariant", "--policy invariant --dtype bf16 --scoring sigmoid --capacity-factor 1.0 "
+                        "--overflow reroute --attn-split 32 --kv-block 8 --prefill-chunk 7 "
+                        "--load 3"},
+      {"rec-atomics", "--atomics --temperature 0.8 --top-p 0.9 --seed 3 --load 2 --capture all"},
+      {"rec-dense", "--model builtin:tiny-dense --capture none --max-batch-tokens 24 --load 4"},
+  };
+  for (const Case& c : cases) {
+    std::string path = temp_path(std::string(c.name) + ".trace");
+    std::string model = std::string(c.options).find("--model") == std::string::npos
+                            ? "--model builtin:tiny-moe "
+                            : "";
+    std::string out;
+    int rc = run_command(bin + " record " + model + c.options +
+                             " --prompt 'Recorded by the CLI' --max-tokens 6 -q -o " + path,
+                         &out, true);
+    ASSERT_EQ(rc, 0) << c.name << ": " << out;
+    rc = run_command(bin + " replay " + path, &out);
+    EXPECT_EQ(rc, 0) << c.name << ": " << out;
+    EXPECT_NE(out.find("bit-exact"), std::string::npos) << c.name << ": " << out;
+    rc = run_command("LLMRR_ISA=avx2 " + bin + " replay --threads 1 --request 0 " + path, &out);
+    EXPECT_EQ(rc, 0) << c.name << ": " << out;
+    EXPECT_NE(out.find("of request 0 alone: bit-exact"), std::string::npos) << c.name << ": "
+                                                                             << out;
+  }
+  std::string out;
+  int rc = run_command(bin + " replay --check-routing " + temp_path("rec-invariant.trace"), &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("routing recomputed"), std::string::npos) << out;
+}
+
+// The README's main command still tells its story: a split under production named with a
+// plan, no split under the invariant policy, a split attributed to routing with expert
+// capacity, bit-exact replays.
+TEST(DemoCli, TellsTheStory) {
+  std::string out;
+  int rc = run_command("LLMRR_DEMO_SKIP_SETUP=1 LLMRR_BIN=" + rtest::llmrr_binary() + " " +
+                           LLMRR_SOURCE_DIR + "/tools/demo",
+                       &out, true);
+  ASSERT_EQ(rc, 0) << out;
+  const size_t part2 = out.find("== 2."), part3 = out.find("== 3."), part4 = out.find("== 4.");
+  ASSERT_NE(part2, std::string::npos) << out;
+  ASSERT_NE(part3, std::string::npos) << out;
+  ASSERT_NE(part4, std::string::npos) << out;
+  const std::string one = out.substr(0, part2), two = out.substr(part2, part3 - part2),
+                    three = out.substr(part3, part4 - part3), four = out.substr(part4);
+  EXPECT_NE(one.find("split at token"), std::string::npos) << one;
+  EXPECT_NE(one.find("A ran split-K"), std::string::npos) << one;
+  EXPECT_NE(two.find("no split: every common request is bit-identical"), std::string::npos)
+      << two;
+  EXPECT_NE(three.find("split at token"), std::string::npos) << three;
+  EXPECT_NE(three.find("routing: at layer"), std::string::npos) << three;
+  EXPECT_NE(three.find("expert capacity decided"), std::string::npos) << three;
+  EXPECT_EQ(four.find("mismatch"), std::string::npos) << four;
+  size_t exact = 0;
+  for (size_t at = four.find("bit-exact"); at != std::string::npos; at = four.find("bit-exact", at + 1)) {
+    ++exact;
+  }
+  EXPECT_EQ(exact, 3u) << four;
+}
+
 }  // namespace
 }  // namespace llmrr
