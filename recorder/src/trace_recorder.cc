@@ -16,6 +16,7 @@
 #include "llmrr/format/fingerprint.h"
 #include "llmrr/kernels/isa.h"
 #include "llmrr/kernels/ops.h"
+#include "row_stats.h"
 
 namespace llmrr {
 namespace {
@@ -225,7 +226,8 @@ void TraceRecorder::on_rows(const RowsView& v) {
   if (v.batch_rows) rows.batch_rows.assign(v.batch_rows, v.batch_rows + v.rows);
   rows.rows.resize(static_cast<size_t>(v.rows));
   for (int64_t r = 0; r < v.rows; ++r) {
-    rows.rows[static_cast<size_t>(r)] = trace::fingerprint_row(v.data + r * v.ld, v.cols);
+    rows.rows[static_cast<size_t>(r)] =
+        recorder_internal::fingerprint_row(v.data + r * v.ld, v.cols);
   }
   stats_.fingerprints += v.rows;
   step_.rows.push_back(std::move(rows));
@@ -302,12 +304,12 @@ void TraceRecorder::on_logits(const LogitsView& v) {
   int k = static_cast<int>(std::min<int64_t>(std::max(options_.top_k, 2), v.vocab));
   rec.top_ids.resize(static_cast<size_t>(k));
   rec.top_values.resize(static_cast<size_t>(k));
-  kernels::topk(v.logits, v.vocab, k, rec.top_ids.data(), rec.top_values.data());
+  recorder_internal::top_k(v.logits, v.vocab, k, rec.top_ids.data(), rec.top_values.data());
   rec.margin = k >= 2 ? rec.top_values[0] - rec.top_values[1] : 0.0f;
   // The margin needs the top two; keep only as many as asked for.
   rec.top_ids.resize(static_cast<size_t>(std::min<int64_t>(options_.top_k, k)));
   rec.top_values.resize(rec.top_ids.size());
-  rec.full = trace::fingerprint_row(v.logits, v.vocab);
+  rec.full = recorder_internal::fingerprint_row(v.logits, v.vocab);
   if (options_.logits == trace::LogitsMode::kFull) {
     record_full_logits(v, rec);
     if (!recording()) return;

@@ -1,0 +1,367 @@
+// Recorder overhead: the same engine workload with and without a TraceRecorder attached,
+// side by side in one process (repetitions interleaved, the order alternating), reported
+// as medians and ratios; then the trace's bytes per generated token for each record kind.
+//
+//   recorder_bench [--models builtin:tiny-moe,smollm2] [--reps 5] [--load 8]
+//                  [--max-tokens 32] [--threads 2] [--capture none|layers|all]
+//                  [--logits topk|full] [--zstd-level 1] [--dir /tmp]
+//
+// "smollm2" names the cached SmolLM2-135M (tools/fetch-smollm2); it is skipped with a note
+// when absent. Throughput = tokens generated / wall time of engine->run() plus the
+// recorder's close() (the last chunk's compression and the footer are part of the cost).
+// Engine creation (weight packing) is outside the timing.
+#include <sys/resource.h>
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmrr/format/trace_reader.h"
+#include "llmrr/kernels/isa.h"
+#include "llmrr/recorder/trace_recorder.h"
+#include "llmrr/runtime/engine.h"
+#include "llmrr/runtime/load.h"
+#include "llmrr/runtime/model.h"
+
+namespace {
+
+using namespace llmrr;
+
+struct Args {
+  std::vector<std::string> models = {"builtin:tiny-moe", "smollm2"};
+  int reps = 5;
+  int load = 8;
+  int max_tokens = 32;
+  int threads = 2;
+  std::string capture = "layers";
+  std::string logits = "topk";
+  int zstd_level = 1;
+  std::string dir = "/tmp";
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+std::vector<RequestSpec> workload(const LoadedModel& m, const Args& a) {
+  RequestSpec t;
+  t.id = 0;
+  t.label = "target";
+  t.max_tokens = a.max_tokens;
+  const std::string text = "The quick brown fox jumps over the lazy dog";
+  if (m.tokenizer) {
+    t.prompt = m.tokenizer->encode(text);
+  } else {
+    for (unsigned char c : text) t.prompt.push_back(c % m.config.vocab);
+  }
+  std::vector<RequestSpec> r = {t};
+  LoadOptions lo;
+  lo.count = a.load;
+  lo.seed = 1;
+  lo.vocab = m.config.vocab;
+  lo.max_positions = m.config.max_positions;
+  lo.min_new = a.max_tokens / 2;
+  lo.max_new = a.max_tokens;
+  lo.max_arrival = 4;
+  if (m.config.vocab <= 258) {
+    lo.token_lo = 32;
+    lo.token_hi = 127;
+  }
+  for (const RequestSpec& q : make_load_requests(lo)) r.push_back(q);
+  return r;
+}
+
+struct RunResult {
+  double seconds = 0;
+  double cpu_seconds = 0;       // process CPU time (all threads)
+  double callback_seconds = 0;  // time inside the recorder's callbacks (engine thread)
+  std::map<std::string, double> by_callback;
+  int64_t tokens = 0;
+  std::vector<std::vector<int32_t>> outputs;
+};
+
+double cpu_now() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// Forwards to the recorder and adds up the time spent in it on the engine's thread.
+class Timed : public Observer {
+ public:
+  explicit Timed(Observer* inner) : in_(inner) {}
+  double seconds = 0;
+  std::map<std::string, double> by_callback;
+  bool wants_rows(SiteId s) override {
+    return time("wants_rows", [&] { return in_->wants_rows(s); });
+  }
+  void on_arrival(int64_t st, const RequestSpec& r) override {
+    time("on_arrival", [&] { return (in_->on_arrival(st, r), 0); });
+  }
+  void on_step(const StepInfo& s) override {
+    time("on_step", [&] { return (in_->on_step(s), 0); });
+  }
+  void on_plan(int64_t st, SiteId s, const Plan& p) override {
+    time("on_plan", [&] { return (in_->on_plan(st, s, p), 0); });
+  }
+  void on_rows(const RowsView& v) override {
+    time("on_rows", [&] { return (in_->on_rows(v), 0); });
+  }
+  void on_routing(const RoutingView& v) override {
+    time("on_routing", [&] { return (in_->on_routing(v), 0); });
+  }
+  void on_logits(const LogitsView& v) override {
+    time("on_logits", [&] { return (in_->on_logits(v), 0); });
+  }
+  void on_token(const TokenEvent& t) override {
+    time("on_token", [&] { return (in_->on_token(t), 0); });
+  }
+  void on_finish(const RequestFinish& f) override {
+    time("on_finish", [&] { return (in_->on_finish(f), 0); });
+  }
+  void on_step_end(int64_t st) override {
+    time("on_step_end", [&] { return (in_->on_step_end(st), 0); });
+  }
+
+ private:
+  template <typename F>
+  auto time(const char* what, F&& f) -> decltype(f()) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = f();
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds += dt;
+    by_callback[what] += dt;
+    return r;
+  }
+  Observer* in_;
+};
+
+// One run; `trace_path` empty = no recorder.
+RunResult run_once(const LoadedModel& m, const Args& a, const std::vector<RequestSpec>& reqs,
+                   const std::string& trace_path, bool timed = false) {
+  RunResult res;
+  EngineConfig cfg;
+  cfg.threads = a.threads;
+  auto e = Engine::create(m, cfg, make_production_policy());
+  if (!e.ok()) {
+    std::fprintf(stderr, "engine: %s\n", e.status().to_string().c_str());
+    std::exit(3);
+  }
+  for (const RequestSpec& r : reqs) {
+    Status st = (*e)->add_request(r);
+    if (!st.ok()) {
+      std::fprintf(stderr, "request: %s\n", st.to_string().c_str());
+      std::exit(3);
+    }
+  }
+  std::unique_ptr<TraceRecorder> rec;
+  if (!trace_path.empty()) {
+    RecorderOptions o;
+    o.capture = a.capture == "none"  ? trace::CaptureLevel::kNone
+                : a.capture == "all" ? trace::CaptureLevel::kAll
+                                     : trace::CaptureLevel::kLayers;
+    o.logits = a.logits == "full" ? trace::LogitsMode::kFull : trace::LogitsMode::kTopK;
+    o.writer.zstd_level = a.zstd_level;
+    trace::RunHeader h = base_run_header();
+    h.model.name = m.identity;
+    auto r = TraceRecorder::open(trace_path, h, o);
+    if (!r.ok()) {
+      std::fprintf(stderr, "recorder: %s\n", r.status().to_string().c_str());
+      std::exit(3);
+    }
+    rec = std::move(r).value();
+  }
+  std::unique_ptr<Timed> timer;
+  if (rec && timed) {
+    timer = std::make_unique<Timed>(rec.get());
+    (*e)->add_observer(timer.get());
+  } else if (rec) {
+    (*e)->add_observer(rec.get());
+  }
+  const double c0 = cpu_now();
+  auto t0 = std::chrono::steady_clock::now();
+  Status st = (*e)->run();
+  Status closed = rec ? rec->close() : Status::Ok();
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.cpu_seconds = cpu_now() - c0;
+  if (timer) {
+    res.callback_seconds = timer->seconds;
+    res.by_callback = timer->by_callback;
+  }
+  if (!st.ok() || !closed.ok()) {
+    std::fprintf(stderr, "run: %s %s\n", st.to_string().c_str(), closed.to_string().c_str());
+    std::exit(3);
+  }
+  res.tokens = (*e)->stats().generated;
+  for (const RequestSpec& r : reqs) res.outputs.push_back((*e)->request(r.id)->generated);
+  return res;
+}
+
+void bytes_per_kind(const std::string& path, int64_t tokens) {
+  auto r = trace::TraceReader::open(path);
+  if (!r.ok()) {
+    std::printf("  (cannot read the trace: %s)\n", r.status().to_string().c_str());
+    return;
+  }
+  const trace::TraceReader& t = **r;
+  uint64_t chunk_raw = 0, chunk_stored = 0, blob_stored = 0;
+  for (const trace::FrameInfo& f : t.frames()) {
+    if (f.kind == trace::FrameKind::kStepChunk) {
+      chunk_raw += f.raw_size;
+      chunk_stored += f.stored_size + trace::kFrameHeaderBytes;
+    } else if (f.kind == trace::FrameKind::kTensorBlob) {
+      blob_stored += f.stored_size + trace::kFrameHeaderBytes;
+    }
+  }
+  const double ratio = chunk_raw ? static_cast<double>(chunk_stored) / chunk_raw : 1.0;
+  std::printf("  | record kind | raw B/token | stored B/token (est.) |\n");
+  std::printf("  |---|---:|---:|\n");
+  for (const trace::KindBytes& k : t.kind_bytes()) {
+    const double raw = static_cast<double>(k.raw_bytes) / tokens;
+    double stored = raw * ratio;
+    if (k.kind == "blobs") stored = static_cast<double>(blob_stored) / tokens;
+    if (k.kind == "run_header") stored = raw;  // its own frame; tiny either way
+    std::printf("  | %s | %.1f | %.1f |\n", k.kind.c_str(), raw, stored);
+  }
+  std::printf("  | **whole file** | %.1f | %.1f |\n", static_cast<double>(t.raw_bytes()) / tokens,
+              static_cast<double>(t.file_size()) / tokens);
+}
+
+int bench_model(const std::string& spec, const Args& a) {
+  std::string path = spec;
+  if (spec == "smollm2") {
+    path = find_smollm2();
+    if (path.empty()) {
+      std::printf("\n## smollm2: not in %s (tools/fetch-smollm2); skipped\n",
+                  model_cache_dir().c_str());
+      return 0;
+    }
+  }
+  Result<LoadedModel> m = load_model(path);
+  if (!m.ok()) {
+    std::fprintf(stderr, "%s: %s\n", spec.c_str(), m.status().to_string().c_str());
+    return 2;
+  }
+  const std::vector<RequestSpec> reqs = workload(*m, a);
+  const std::string trace_path = a.dir + "/recorder_bench_" + std::to_string(getpid()) + ".trace";
+
+  // Warm-up (page cache, allocator, weight packing paths) of both modes.
+  RunResult warm_off = run_once(*m, a, reqs, "");
+  RunResult warm_on = run_once(*m, a, reqs, trace_path);
+  if (warm_off.outputs != warm_on.outputs) {
+    std::fprintf(stderr, "%s: recording changed the generated tokens\n", spec.c_str());
+    return 3;
+  }
+  std::vector<double> off, on, paired, cpu_off, cpu_on;
+  int64_t tokens = warm_off.tokens;
+  for (int rep = 0; rep < a.reps; ++rep) {
+    // Alternate the order so that neither mode always runs on a warmer machine.
+    double t_off = 0, t_on = 0;
+    for (int k = 0; k < 2; ++k) {
+      const bool record = (k == 0) == (rep % 2 == 1);
+      RunResult r = run_once(*m, a, reqs, record ? trace_path : "");
+      (record ? t_on : t_off) = r.tokens / r.seconds;
+      (record ? cpu_on : cpu_off).push_back(r.cpu_seconds);
+    }
+    off.push_back(t_off);
+    on.push_back(t_on);
+    paired.push_back(t_on / t_off);
+  }
+  const double mo = median(off), mn = median(on);
+  std::printf("\n## %s (%s; %d layers, hidden %d, vocab %d)\n", spec.c_str(), m->identity.c_str(),
+              m->config.layers, m->config.hidden, m->config.vocab);
+  std::printf(
+      "workload: target + load %d, max_tokens %d, %d threads, production policy, "
+      "%" PRId64 " tokens per run; recorder: capture %s, logits %s, zstd %d\n",
+      a.load, a.max_tokens, a.threads, tokens, a.capture.c_str(), a.logits.c_str(), a.zstd_level);
+  std::printf("  | mode | tokens/s (median of %d) | min | max |\n", a.reps);
+  std::printf("  |---|---:|---:|---:|\n");
+  std::printf("  | record off | %.1f | %.1f | %.1f |\n", mo,
+              *std::min_element(off.begin(), off.end()), *std::max_element(off.begin(), off.end()));
+  std::printf("  | record on | %.1f | %.1f | %.1f |\n", mn, *std::min_element(on.begin(), on.end()),
+              *std::max_element(on.begin(), on.end()));
+  std::printf(
+      "  ratio on/off: %.3f (medians), %.3f (median of paired runs) -> %s (target >= 0.95)\n",
+      mn / mo, median(paired), median(paired) >= 0.95 ? "met" : "MISSED");
+  RunResult prof = run_once(*m, a, reqs, trace_path, /*timed=*/true);
+  std::printf(
+      "  where the time goes: %.1f ms per run inside the recorder's callbacks on the "
+      "engine thread (%.2f %% of a %.0f ms run); process CPU %.0f ms recording vs %.0f ms "
+      "not (medians)\n",
+      1e3 * prof.callback_seconds, 100.0 * prof.callback_seconds / prof.seconds, 1e3 * prof.seconds,
+      1e3 * median(cpu_on), 1e3 * median(cpu_off));
+  std::printf("  by callback (ms):");
+  for (const auto& [name, secs] : prof.by_callback)
+    std::printf(" %s %.2f", name.c_str(), 1e3 * secs);
+  std::printf("\n");
+  std::printf("bytes per generated token by record kind (last recorded run):\n");
+  bytes_per_kind(trace_path, tokens);
+  std::remove(trace_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--models") {
+      a.models.clear();
+      std::string v = val();
+      size_t p = 0;
+      while (p <= v.size()) {
+        size_t q = v.find(',', p);
+        if (q == std::string::npos) q = v.size();
+        if (q > p) a.models.push_back(v.substr(p, q - p));
+        p = q + 1;
+      }
+    } else if (k == "--reps") {
+      a.reps = std::atoi(val().c_str());
+    } else if (k == "--load") {
+      a.load = std::atoi(val().c_str());
+    } else if (k == "--max-tokens") {
+      a.max_tokens = std::atoi(val().c_str());
+    } else if (k == "--threads") {
+      a.threads = std::atoi(val().c_str());
+    } else if (k == "--capture") {
+      a.capture = val();
+    } else if (k == "--logits") {
+      a.logits = val();
+    } else if (k == "--zstd-level") {
+      a.zstd_level = std::atoi(val().c_str());
+    } else if (k == "--dir") {
+      a.dir = val();
+    } else {
+      std::fprintf(stderr,
+                   "usage: recorder_bench [--models M,M] [--reps N] [--load N] [--max-tokens N] "
+                   "[--threads N] [--capture none|layers|all] [--logits topk|full] "
+                   "[--zstd-level L] [--dir DIR]\n");
+      return 2;
+    }
+  }
+  if (a.reps < 1 || a.threads < 1 || a.max_tokens < 1 || a.load < 0) {
+    std::fprintf(stderr, "recorder_bench: bad option value\n");
+    return 2;
+  }
+  std::printf("# recorder overhead (isa %s)\n", kernels::isa_name(kernels::active_isa()));
+  int rc = 0;
+  for (const std::string& m : a.models) rc = std::max(rc, bench_model(m, a));
+  return rc;
+}

@@ -1,0 +1,166 @@
+#include "row_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "llmrr/kernels/ops.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace llmrr::recorder_internal {
+
+trace::Fingerprint fingerprint_row(const float* row, int64_t n) {
+#if defined(__AVX2__)
+  if (n < 8) return trace::fingerprint_row(row, n);
+  trace::Fingerprint f;
+  f.hash = trace::hash_bytes(row, static_cast<size_t>(n) * sizeof(float));
+  // Lanes 0-3 and 4-7 of the reference (lane j takes i ≡ j mod 8) as two vectors of
+  // doubles; mul then add, as the reference rounds (no FMA). max_ps(a, m) is a > m ? a : m,
+  // the reference's rule, NaN included (it keeps m).
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  __m256 mx = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(row + i);
+    const __m256d dl = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    const __m256d dh = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    lo = _mm256_add_pd(lo, _mm256_mul_pd(dl, dl));
+    hi = _mm256_add_pd(hi, _mm256_mul_pd(dh, dh));
+    mx = _mm256_max_ps(_mm256_and_ps(x, abs_mask), mx);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
+  double lane[8];
+  float m8[8];
+  _mm256_storeu_pd(lane, lo);
+  _mm256_storeu_pd(lane + 4, hi);
+  _mm256_storeu_ps(m8, mx);
+  bool has_nan = _mm256_movemask_ps(nan) != 0;
+  for (int j = 0; i < n; ++i, ++j) {
+    const float x = row[i];
+    const double d = static_cast<double>(x);
+    lane[j] = lane[j] + d * d;
+    const float a = std::fabs(x);
+    m8[j] = a > m8[j] ? a : m8[j];
+    has_nan |= (x != x);
+  }
+  const double sum =
+      ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  float m = m8[0];
+  for (int j = 1; j < 8; ++j) m = m8[j] > m ? m8[j] : m;
+  if (has_nan) {
+    f.l2 = std::nanf("");
+    f.max_abs = std::nanf("");
+  } else {
+    f.l2 = static_cast<float>(std::sqrt(sum));
+    f.max_abs = m;
+  }
+  return f;
+#else
+  return trace::fingerprint_row(row, n);
+#endif
+}
+
+namespace {
+
+bool any_nan(const float* x, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_or_ps(acc, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  if (_mm256_movemask_ps(acc) != 0) return true;
+#endif
+  for (; i < n; ++i) {
+    if (x[i] != x[i]) return true;
+  }
+  return false;
+}
+
+struct Ranked {
+  float v;
+  int32_t id;
+};
+
+// Rank order among numbers: larger value first, then lower id (−0 and +0 tie, by id).
+bool before(const Ranked& a, const Ranked& b) {
+  return a.v > b.v || (a.v == b.v && a.id < b.id);
+}
+
+constexpr int64_t kBlock = 64;
+
+}  // namespace
+
+void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) {
+  if (k <= 0) return;
+  // NaN ranks after every number; rare enough to leave to the reference.
+  if (k > n || any_nan(x, n)) {
+    kernels::topk(x, n, k, ids, values);
+    return;
+  }
+  thread_local std::vector<Ranked> c;
+  c.clear();
+  const int64_t blocks = n / kBlock;
+  if (blocks >= 4 * static_cast<int64_t>(k)) {
+    // The k-th largest block maximum T: k blocks each hold a value >= T, so the k-th ranked
+    // value is >= T and every entry of the top k is among the values >= T.
+    thread_local std::vector<float> maxima;
+    maxima.resize(static_cast<size_t>(blocks));
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* p = x + b * kBlock;
+#if defined(__AVX2__)
+      // No NaN here (checked above), so max_ps is the plain maximum.
+      __m256 m0 = _mm256_loadu_ps(p), m1 = _mm256_loadu_ps(p + 8);
+      for (int64_t i = 16; i < kBlock; i += 16) {
+        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(p + i));
+        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(p + i + 8));
+      }
+      float lanes[8];
+      _mm256_storeu_ps(lanes, _mm256_max_ps(m0, m1));
+      float m = lanes[0];
+      for (int j = 1; j < 8; ++j) m = lanes[j] > m ? lanes[j] : m;
+#else
+      float m = p[0];
+      for (int64_t i = 1; i < kBlock; ++i) m = p[i] > m ? p[i] : m;
+#endif
+      maxima[static_cast<size_t>(b)] = m;
+    }
+    std::nth_element(maxima.begin(), maxima.begin() + (k - 1), maxima.end(),
+                     [](float a, float b) { return a > b; });
+    const float t = maxima[static_cast<size_t>(k - 1)];
+    int64_t i = 0;
+#if defined(__AVX2__)
+    const __m256 tv = _mm256_set1_ps(t);
+    for (; i + 8 <= n; i += 8) {
+      int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), tv, _CMP_GE_OQ));
+      while (mask != 0) {
+        const int j = __builtin_ctz(static_cast<unsigned>(mask));
+        c.push_back({x[i + j], static_cast<int32_t>(i + j)});
+        mask &= mask - 1;
+      }
+    }
+#endif
+    for (; i < n; ++i) {
+      if (x[i] >= t) c.push_back({x[i], static_cast<int32_t>(i)});
+    }
+  } else {
+    c.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) c[static_cast<size_t>(i)] = {x[i], static_cast<int32_t>(i)};
+  }
+  if (static_cast<int64_t>(c.size()) > k) {
+    std::nth_element(c.begin(), c.begin() + (k - 1), c.end(), before);
+  }
+  std::sort(c.begin(), c.begin() + k, before);
+  for (int i = 0; i < k; ++i) {
+    ids[i] = c[static_cast<size_t>(i)].id;
+    values[i] = c[static_cast<size_t>(i)].v;
+  }
+}
+
+}  // namespace llmrr::recorder_internal

@@ -1,0 +1,110 @@
+// The recorder's fast fingerprint and top-K return exactly what the reference functions
+// (trace::fingerprint_row, kernels::topk) return: every bit, for every row shape and every
+// awkward value (NaN, ±inf, ±0, subnormals, ties).
+#include "row_stats.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "llmrr/format/fingerprint.h"
+#include "llmrr/kernels/ops.h"
+
+namespace llmrr::recorder_internal {
+namespace {
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+enum class Fill { kNormal, kTies, kSpecials, kSameValue, kAscending };
+
+std::vector<float> make_row(int64_t n, Fill fill, std::mt19937& rng) {
+  std::vector<float> x(static_cast<size_t>(n));
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_int_distribution<int> small(-4, 4);
+  for (int64_t i = 0; i < n; ++i) {
+    float v = 0;
+    switch (fill) {
+      case Fill::kNormal:
+        v = normal(rng);
+        break;
+      case Fill::kTies:
+        v = static_cast<float>(small(rng)) * 0.5f;
+        break;
+      case Fill::kSameValue:
+        v = 1.25f;
+        break;
+      case Fill::kAscending:
+        v = static_cast<float>(i);
+        break;
+      case Fill::kSpecials: {
+        const float specials[] = {0.0f,
+                                  -0.0f,
+                                  std::numeric_limits<float>::infinity(),
+                                  -std::numeric_limits<float>::infinity(),
+                                  std::numeric_limits<float>::denorm_min(),
+                                  -1e-40f,
+                                  3e38f};
+        v = (rng() % 4 == 0) ? specials[rng() % 7] : normal(rng);
+        break;
+      }
+    }
+    x[static_cast<size_t>(i)] = v;
+  }
+  return x;
+}
+
+TEST(RowStats, FingerprintIsBitIdenticalToTheReference) {
+  std::mt19937 rng(7);
+  const int64_t sizes[] = {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 258, 576, 1000, 49152, 49157};
+  for (int64_t n : sizes) {
+    for (Fill fill : {Fill::kNormal, Fill::kTies, Fill::kSpecials, Fill::kSameValue}) {
+      for (int nan_at : {-1, 0, 5}) {
+        std::vector<float> x = make_row(n, fill, rng);
+        if (nan_at >= 0 && nan_at < n) x[static_cast<size_t>(n - 1 - nan_at)] = std::nanf("");
+        const trace::Fingerprint want = trace::fingerprint_row(x.data(), n);
+        const trace::Fingerprint got = fingerprint_row(x.data(), n);
+        SCOPED_TRACE("n " + std::to_string(n) + " fill " + std::to_string(static_cast<int>(fill)) +
+                     " nan " + std::to_string(nan_at));
+        EXPECT_EQ(got.hash, want.hash);
+        EXPECT_TRUE(same_bits(got.l2, want.l2)) << got.l2 << " vs " << want.l2;
+        EXPECT_TRUE(same_bits(got.max_abs, want.max_abs)) << got.max_abs << " vs " << want.max_abs;
+      }
+    }
+  }
+}
+
+TEST(RowStats, TopKIsIdenticalToTheReference) {
+  std::mt19937 rng(11);
+  const int64_t sizes[] = {1, 2, 31, 32, 33, 258, 4096, 8191, 49152, 100003};
+  for (int64_t n : sizes) {
+    for (Fill fill :
+         {Fill::kNormal, Fill::kTies, Fill::kSpecials, Fill::kSameValue, Fill::kAscending}) {
+      for (int k : {1, 2, 5, 32, 64, 300}) {
+        if (k > n) continue;
+        for (bool with_nan : {false, true}) {
+          std::vector<float> x = make_row(n, fill, rng);
+          if (with_nan) x[static_cast<size_t>(rng() % n)] = std::nanf("");
+          std::vector<int32_t> want_ids(static_cast<size_t>(k)), got_ids(static_cast<size_t>(k));
+          std::vector<float> want_v(static_cast<size_t>(k)), got_v(static_cast<size_t>(k));
+          kernels::topk(x.data(), n, k, want_ids.data(), want_v.data());
+          top_k(x.data(), n, k, got_ids.data(), got_v.data());
+          SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k) + " fill " +
+                       std::to_string(static_cast<int>(fill)) + (with_nan ? " nan" : ""));
+          ASSERT_EQ(got_ids, want_ids);
+          for (int i = 0; i < k; ++i) {
+            ASSERT_TRUE(same_bits(got_v[static_cast<size_t>(i)], want_v[static_cast<size_t>(i)]));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace llmrr::recorder_internal
