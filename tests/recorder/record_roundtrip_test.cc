@@ -372,6 +372,39 @@ INSTANTIATE_TEST_SUITE_P(
                            Overflow::kNone, 0}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
+// The real model when it is cached (tools/fetch-smollm2): BPE vocabulary of 49152, 30 layers.
+TEST(Recorder, SmolLM2RoundTrip) {
+  const std::string path = find_smollm2();
+  if (path.empty())
+    GTEST_SKIP() << "SmolLM2 is not in " << model_cache_dir() << " (tools/fetch-smollm2)";
+  const LoadedModel& m = builtin(path);
+  ASSERT_GT(m.config.vocab, 0);
+  RunSpec spec;
+  spec.model = path;
+  spec.config.threads = 2;
+  spec.recorder.capture = CaptureLevel::kLayers;
+  RequestSpec target;
+  target.id = 0;
+  target.prompt = m.tokenizer->encode("The capital of France is");
+  target.max_tokens = 4;
+  target.label = "target";
+  spec.requests.push_back(target);
+  RequestSpec other = target;
+  other.id = 1;
+  other.prompt = m.tokenizer->encode("Once upon a time");
+  other.arrival_step = 1;
+  other.label = "other";
+  spec.requests.push_back(other);
+  RecordedRun run = record_run(spec);
+  ASSERT_TRUE(run.close_status.ok()) << run.close_status.to_string();
+  auto reader = open_reader(run.path);
+  ASSERT_NE(reader, nullptr);
+  Status v = reader->verify();
+  EXPECT_TRUE(v.ok()) << v.to_string();
+  expect_trace_matches(run, *reader, CaptureLevel::kLayers, 32, trace::LogitsMode::kTopK,
+                       m.config.experts);
+}
+
 // An observer must not change what it observes: the recorded run's tokens and logits are
 // bit-identical to an unobserved run's.
 TEST(Recorder, RecordingDoesNotChangeTheRun) {

@@ -18,7 +18,8 @@ const LoadedModel& builtin(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = cache[name];
   if (!slot) {
-    Result<LoadedModel> m = load_model("builtin:" + name);
+    Result<LoadedModel> m =
+        load_model(name.find('/') == std::string::npos ? "builtin:" + name : name);
     if (!m.ok()) {
       ADD_FAILURE() << m.status().to_string();
       slot = std::make_unique<LoadedModel>();

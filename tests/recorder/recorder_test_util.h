@@ -19,7 +19,7 @@
 
 namespace llmrr::rectest {
 
-// Loaded once per process.
+// Loaded once per process: a builtin model by name ("tiny-moe"), or a model path.
 const LoadedModel& builtin(const std::string& name);
 
 // A fresh path under the test's temporary directory, removed at exit.
