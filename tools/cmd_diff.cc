@@ -53,20 +53,19 @@ int run_diff_command(int argc, char** argv) {
   if (!request.empty()) {
     RequestId ra = 0, rb = 0;
     size_t colon = request.find(':');
-    bool ok = colon == std::string::npos
-                  ? parse_id(request, &ra) && parse_id(request, &rb)
-                  : parse_id(request.substr(0, colon), &ra) &&
-                        parse_id(request.substr(colon + 1), &rb);
+    bool ok = colon == std::string::npos ? parse_id(request, &ra) && parse_id(request, &rb)
+                                         : parse_id(request.substr(0, colon), &ra) &&
+                                               parse_id(request.substr(colon + 1), &rb);
     if (!ok) {
-      return cli::report("diff", make_error(ErrorCode::kInvalidArgument,
-                                            "--request '" + request +
-                                                "': expected R or RA:RB (request ids)"));
+      return cli::report(
+          "diff", make_error(ErrorCode::kInvalidArgument,
+                             "--request '" + request + "': expected R or RA:RB (request ids)"));
     }
     o.request = std::make_pair(ra, rb);
   }
   if (o.continuation < 0 || o.continuation > 4096) {
-    return cli::report("diff", make_error(ErrorCode::kInvalidArgument,
-                                          "--tokens must be in [0, 4096]"));
+    return cli::report("diff",
+                       make_error(ErrorCode::kInvalidArgument, "--tokens must be in [0, 4096]"));
   }
   Result<replay::DiffReport> r = replay::diff_traces(a, b, o);
   if (!r.ok()) return cli::report("diff", r.status());

@@ -23,8 +23,9 @@ int run_replay_command(int argc, char** argv) {
   app.add_option("TRACE", path, "trace file (.trace)")->required();
   app.add_option("--model", o.model,
                  "model (builtin:<name>, safetensors directory, .gguf); default: as recorded");
-  app.add_option("--threads", o.threads, "CPU threads (never changes a result; default: cores, "
-                                         "at most 8)");
+  app.add_option("--threads", o.threads,
+                 "CPU threads (never changes a result; default: cores, "
+                 "at most 8)");
   app.add_option("--request", request,
                  "replay this request alone: only its rows are computed, from the recorded plans "
                  "and routing (no other request's prompt is needed)");
@@ -54,20 +55,20 @@ int run_replay_command(int argc, char** argv) {
     o.materialize.push_back(*spec);
   }
   if (!materialize.empty() && o.out_dir.empty()) {
-    return cli::report("replay", make_error(ErrorCode::kInvalidArgument,
-                                            "--materialize needs -o DIR"));
+    return cli::report("replay",
+                       make_error(ErrorCode::kInvalidArgument, "--materialize needs -o DIR"));
   }
   if (materialize.empty() && !o.out_dir.empty()) {
     cli::warn("replay", "-o without --materialize: nothing will be written");
   }
   if (o.threads < 0) {
-    return cli::report("replay", make_error(ErrorCode::kInvalidArgument,
-                                            "--threads must be >= 0"));
+    return cli::report("replay", make_error(ErrorCode::kInvalidArgument, "--threads must be >= 0"));
   }
   const bool tty = isatty(STDERR_FILENO) != 0;
   if (tty && !json) {
     o.progress = [](int64_t step, int64_t done) {
-      if (done % 16 == 0) std::fprintf(stderr, "\rreplaying step %lld", static_cast<long long>(step));
+      if (done % 16 == 0)
+        std::fprintf(stderr, "\rreplaying step %lld", static_cast<long long>(step));
     };
   }
   Result<replay::ReplayReport> r = replay::replay_trace(path, o);

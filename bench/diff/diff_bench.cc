@@ -64,10 +64,10 @@ std::vector<uint64_t> sites() {
   std::vector<uint64_t> out;
   out.push_back(SiteId{SiteKind::kEmbed, -1, -1}.packed());
   for (int l = 0; l < kLayers; ++l) {
-    for (SiteKind k : {SiteKind::kAttnNorm, SiteKind::kQ, SiteKind::kK, SiteKind::kV,
-                       SiteKind::kAttn, SiteKind::kO, SiteKind::kAttnResid, SiteKind::kMlpNorm,
-                       SiteKind::kGate, SiteKind::kUp, SiteKind::kAct, SiteKind::kDown,
-                       SiteKind::kLayerOut}) {
+    for (SiteKind k :
+         {SiteKind::kAttnNorm, SiteKind::kQ, SiteKind::kK, SiteKind::kV, SiteKind::kAttn,
+          SiteKind::kO, SiteKind::kAttnResid, SiteKind::kMlpNorm, SiteKind::kGate, SiteKind::kUp,
+          SiteKind::kAct, SiteKind::kDown, SiteKind::kLayerOut}) {
       out.push_back(SiteId{k, static_cast<int16_t>(l), -1}.packed());
     }
   }
@@ -343,7 +343,8 @@ int run_phase(const std::string& phase, const std::string& a, const std::string&
       return 3;
     }
     int split = 0;
-    for (const replay::RequestDiff& r : d->requests) split += r.verdict != replay::Verdict::kIdentical;
+    for (const replay::RequestDiff& r : d->requests)
+      split += r.verdict != replay::Verdict::kIdentical;
     if (split != 1) {
       std::fprintf(stderr, "diff_bench: expected one split request, found %d\n", split);
       return 3;

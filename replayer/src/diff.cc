@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -64,12 +64,12 @@ AlignKey align_key(const trace::RequestRecord& r) {
 struct ReqSummary {
   trace::RequestRecord rec;
   bool have_rec = false;
-  int64_t arrival_index = -1;        // arrival order in its trace
-  AlignKey key{};                    // prompt hash and sampling params
-  uint32_t occurrence = 0;           // earlier arrivals with the same key in its trace
-  std::vector<RowInfo> rows;         // by position
-  std::vector<SampleInfo> samples;   // by position of the sampled row
-  std::vector<int32_t> tokens;       // by position the token occupies; -1 = none
+  int64_t arrival_index = -1;       // arrival order in its trace
+  AlignKey key{};                   // prompt hash and sampling params
+  uint32_t occurrence = 0;          // earlier arrivals with the same key in its trace
+  std::vector<RowInfo> rows;        // by position
+  std::vector<SampleInfo> samples;  // by position of the sampled row
+  std::vector<int32_t> tokens;      // by position the token occupies; -1 = none
   int32_t generated = 0;
 };
 
@@ -83,9 +83,12 @@ enum class DigestSites { kNone, kLayers, kAll };
 
 bool digest_site(DigestSites which, uint64_t packed) {
   switch (which) {
-    case DigestSites::kNone: return false;
-    case DigestSites::kLayers: return is_layer_output(SiteId::unpack(packed));
-    case DigestSites::kAll: return true;
+    case DigestSites::kNone:
+      return false;
+    case DigestSites::kLayers:
+      return is_layer_output(SiteId::unpack(packed));
+    case DigestSites::kAll:
+      return true;
   }
   return false;
 }
@@ -220,8 +223,12 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-std::string g6(double v) { return fmt("%.6g", v); }
-std::string g3(double v) { return fmt("%.3g", v); }
+std::string g6(double v) {
+  return fmt("%.6g", v);
+}
+std::string g3(double v) {
+  return fmt("%.3g", v);
+}
 
 std::string plan_str(const trace::PlanRecord& r) {
   std::string s = plan_to_string(to_plan(r));
@@ -236,11 +243,14 @@ std::string ints_str(const std::vector<int32_t>& v) {
 
 std::string outcomes_str(const std::vector<trace::RouteOutcome>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::string(route_outcome_name(v[i]));
+  for (size_t i = 0; i < v.size(); ++i)
+    s += (i ? ", " : "") + std::string(route_outcome_name(v[i]));
   return s;
 }
 
-std::string rows_str(int64_t n) { return std::to_string(n) + (n == 1 ? " row" : " rows"); }
+std::string rows_str(int64_t n) {
+  return std::to_string(n) + (n == 1 ? " row" : " rows");
+}
 
 // Printable form of decoded text: control bytes and invalid UTF-8 escaped.
 std::string printable(const std::string& s) {
@@ -407,21 +417,21 @@ std::vector<std::string> header_differences(const trace::RunHeader& a, const tra
   cmp("model", a.model.name, b.model.name);
   cmp("weights", a.model.weight_hash, b.model.weight_hash);
   cmp("compute dtype", a.model.compute_dtype, b.model.compute_dtype);
-  cmp("policy", a.engine.policy + (a.engine.atomics && a.engine.policy.find("atomics") ==
-                                                           std::string::npos
-                                       ? " (atomics)"
-                                       : ""),
+  cmp("policy",
+      a.engine.policy + (a.engine.atomics && a.engine.policy.find("atomics") == std::string::npos
+                             ? " (atomics)"
+                             : ""),
       b.engine.policy + (b.engine.atomics && b.engine.policy.find("atomics") == std::string::npos
                              ? " (atomics)"
                              : ""));
-  cmp("virtual device", std::to_string(a.engine.virtual_sms) + " SMs x " +
-                            std::to_string(a.engine.blocks_per_sm),
+  cmp("virtual device",
+      std::to_string(a.engine.virtual_sms) + " SMs x " + std::to_string(a.engine.blocks_per_sm),
       std::to_string(b.engine.virtual_sms) + " SMs x " + std::to_string(b.engine.blocks_per_sm));
   cmp("load", std::to_string(a.engine.load), std::to_string(b.engine.load));
   auto cap = [](const trace::EngineConfig& e) {
-    return e.capacity_factor > 0 ? g3(e.capacity_factor) + " (" +
-                                       trace::overflow_policy_name(e.overflow) + ")"
-                                 : std::string("dropless");
+    return e.capacity_factor > 0
+               ? g3(e.capacity_factor) + " (" + trace::overflow_policy_name(e.overflow) + ")"
+               : std::string("dropless");
   };
   cmp("expert capacity", cap(a.engine), cap(b.engine));
   cmp("max batch tokens", std::to_string(a.engine.max_batch_tokens),
@@ -434,7 +444,9 @@ std::vector<std::string> header_differences(const trace::RunHeader& a, const tra
   return out;
 }
 
-std::string quoted(const std::string& s) { return "'" + printable(s) + "'"; }
+std::string quoted(const std::string& s) {
+  return "'" + printable(s) + "'";
+}
 
 class TextDecoder {
  public:
@@ -479,8 +491,8 @@ struct PairWork {
 
 class Explainer {
  public:
-  Explainer(trace::TraceReader& a, trace::TraceReader& b, const DiffOptions& o,
-            bool weights_differ, bool config_differs)
+  Explainer(trace::TraceReader& a, trace::TraceReader& b, const DiffOptions& o, bool weights_differ,
+            bool config_differs)
       : a_(a), b_(b), o_(o), weights_differ_(weights_differ), config_differs_(config_differs) {}
 
   Status explain(PairWork* w);
@@ -488,7 +500,8 @@ class Explainer {
  private:
   Status read(trace::TraceReader& r, int64_t step, trace::StepRecord* out) {
     Status st = r.read_step(step, out);
-    if (!st.ok()) return st.with_context(r.path() + ": reading step " + std::to_string(step) + ": ");
+    if (!st.ok())
+      return st.with_context(r.path() + ": reading step " + std::to_string(step) + ": ");
     return st;
   }
   void causes(const trace::StepRecord& sa, const trace::StepRecord& sb, RequestDiff* d);
@@ -554,8 +567,7 @@ Status Explainer::explain(PairWork* w) {
   return Status::Ok();
 }
 
-void Explainer::causes(const trace::StepRecord& sa, const trace::StepRecord& sb,
-                       RequestDiff* d) {
+void Explainer::causes(const trace::StepRecord& sa, const trace::StepRecord& sb, RequestDiff* d) {
   const int32_t q = d->root_position;
   d->batch_a = batch_side(sa, d->a, q);
   d->batch_b = batch_side(sb, d->b, q);
@@ -602,7 +614,8 @@ void Explainer::causes(const trace::StepRecord& sa, const trace::StepRecord& sb,
     pd.in_b = pb != nullptr;
     pd.is_first_site = first && first->packed() == site;
     auto ia = fa.find(site), ib = fb.find(site);
-    pd.output_checked_equal = ia != fa.end() && ib != fb.end() && ia->second.hash == ib->second.hash;
+    pd.output_checked_equal =
+        ia != fa.end() && ib != fb.end() && ia->second.hash == ib->second.hash;
     if (pa && pb) {
       if (*pa == *pb) {
         if (pa->order != trace::CombineOrder::kArrival) continue;
@@ -779,7 +792,7 @@ PairWork make_pair_work(const ReqSummary& ra, const ReqSummary& rb, const DiffOp
   gather_split_tokens(ra, rb, o, &d);
   // Candidate rows: positions up to the numerical split (or every comparable row when the
   // logits agree) whose digests differ.
-  int32_t last = d.split_position >= 0   ? d.split_position
+  int32_t last = d.split_position >= 0     ? d.split_position
                  : d.visible_position >= 0 ? d.visible_position - 1
                                            : INT32_MAX;
   const int32_t n = static_cast<int32_t>(std::min(ra.rows.size(), rb.rows.size()));
@@ -899,9 +912,12 @@ Status logits_distance(trace::TraceReader& a, trace::TraceReader& b, RequestDiff
 
 const char* verdict_name(Verdict v) {
   switch (v) {
-    case Verdict::kIdentical: return "identical";
-    case Verdict::kNumerical: return "numerical split";
-    case Verdict::kVisible: return "visible split";
+    case Verdict::kIdentical:
+      return "identical";
+    case Verdict::kNumerical:
+      return "numerical split";
+    case Verdict::kVisible:
+      return "visible split";
   }
   return "?";
 }
@@ -998,14 +1014,12 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
   if (o.request) {
     rep.alignment = "explicit ids";
     if (!matcher.found(0)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "--request: " + a_path + " has no request " +
-                            std::to_string(o.request->first));
+      return make_error(ErrorCode::kInvalidArgument, "--request: " + a_path + " has no request " +
+                                                         std::to_string(o.request->first));
     }
     if (!matcher.found(1)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "--request: " + b_path + " has no request " +
-                            std::to_string(o.request->second));
+      return make_error(ErrorCode::kInvalidArgument, "--request: " + b_path + " has no request " +
+                                                         std::to_string(o.request->second));
     }
   } else {
     rep.alignment = "prompt hash and sampling params";
@@ -1025,8 +1039,10 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
     RequestDiff& d = w.d;
     RETURN_IF_ERROR(logits_distance(*a, *b, &d));
     if (d.verdict == Verdict::kIdentical && d.root_found) {
-      d.notes.push_back("logits and tokens are bit-identical, but rows differ inside: first at "
-                        "position " + std::to_string(d.root_position) + ", " + d.first_site);
+      d.notes.push_back(
+          "logits and tokens are bit-identical, but rows differ inside: first at "
+          "position " +
+          std::to_string(d.root_position) + ", " + d.first_site);
     }
     rep.requests.push_back(std::move(d));
   }
@@ -1047,8 +1063,9 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
           dec.set(lm->tokenizer);
         } else {
           rep.notes.push_back("token text not shown: " +
-                              (lm.ok() ? lm->source + " has no tokenizer (" + lm->tokenizer_note + ")"
-                                       : lm.status().message()));
+                              (lm.ok()
+                                   ? lm->source + " has no tokenizer (" + lm->tokenizer_note + ")"
+                                   : lm.status().message()));
         }
       } else {
         rep.notes.push_back("token text not shown: " + spec.status().message());
@@ -1075,7 +1092,8 @@ std::string batch_str(const BatchSide& b) {
 // Distance from the fingerprint summaries (the rows themselves are not in the trace).
 std::string fp_dist(const trace::Fingerprint& a, const trace::Fingerprint& b) {
   auto pair = [](const char* what, float x, float y) {
-    if (std::memcmp(&x, &y, sizeof x) == 0) return std::string(what) + " " + fmt("%.8g", x) + " in both";
+    if (std::memcmp(&x, &y, sizeof x) == 0)
+      return std::string(what) + " " + fmt("%.8g", x) + " in both";
     return std::string(what) + " " + fmt("%.8g", x) + " vs " + fmt("%.8g", y) + " (diff " +
            g3(std::fabs(static_cast<double>(x) - static_cast<double>(y))) + ")";
   };
@@ -1124,8 +1142,8 @@ std::string explain_cause(const RequestDiff& d) {
       s += "; the router chose " + ints_str(r.chosen_a) +
            " in both runs: expert capacity decided (capacity " + std::to_string(r.capacity_a) +
            " vs " + std::to_string(r.capacity_b) + " per expert; at that layer A rerouted " +
-           std::to_string(r.rerouted_a) + " and dropped " + std::to_string(r.dropped_a) +
-           " of " + std::to_string(r.rows_a * static_cast<int64_t>(r.experts_a.size())) +
+           std::to_string(r.rerouted_a) + " and dropped " + std::to_string(r.dropped_a) + " of " +
+           std::to_string(r.rows_a * static_cast<int64_t>(r.experts_a.size())) +
            " slots, B rerouted " + std::to_string(r.rerouted_b) + " and dropped " +
            std::to_string(r.dropped_b) + " of " +
            std::to_string(r.rows_b * static_cast<int64_t>(r.experts_b.size())) + ")";
@@ -1163,7 +1181,7 @@ std::string format_diff_story(const DiffReport& r, int max_explained) {
                   int64_t steps, int64_t requests, bool complete) {
     out += std::string(name) + ": " + path + " — " + h.model.name + ", " + h.engine.policy +
            (h.engine.atomics && h.engine.policy.find("atomics") == std::string::npos ? "+atomics"
-                                                                                    : "") +
+                                                                                     : "") +
            ", " + std::to_string(requests) + (requests == 1 ? " request, " : " requests, ") +
            std::to_string(steps) + " steps" + (complete ? "" : " (truncated)") + "\n";
   };
@@ -1177,9 +1195,8 @@ std::string format_diff_story(const DiffReport& r, int max_explained) {
     out += "\n";
   }
   for (const std::string& n : r.notes) out += "note: " + n + "\n";
-  out += std::to_string(r.requests.size()) +
-         (r.requests.size() == 1 ? " request" : " requests") + " in common (aligned by " +
-         r.alignment + ")";
+  out += std::to_string(r.requests.size()) + (r.requests.size() == 1 ? " request" : " requests") +
+         " in common (aligned by " + r.alignment + ")";
   if (!r.only_a.empty()) out += "; " + std::to_string(r.only_a.size()) + " only in A";
   if (!r.only_b.empty()) out += "; " + std::to_string(r.only_b.size()) + " only in B";
   out += ".\n";
@@ -1206,8 +1223,8 @@ std::string format_diff_story(const DiffReport& r, int max_explained) {
     }
     out += "\n" + who + ": ";
     if (d.verdict == Verdict::kVisible) {
-      out += "split at token " + std::to_string(d.visible_position - d.prompt_len) +
-             " (position " + std::to_string(d.visible_position) + ")";
+      out += "split at token " + std::to_string(d.visible_position - d.prompt_len) + " (position " +
+             std::to_string(d.visible_position) + ")";
       if (d.split_position >= 0 && d.split_position < d.visible_position - 1) {
         out += "; logits first differ at " + position_kind(d, d.split_position);
       }
@@ -1282,8 +1299,7 @@ std::string format_diff_story(const DiffReport& r, int max_explained) {
            " common requests are identical.\n";
   }
   out += "\n";
-  out += r.identical() ? "no split: every common request is bit-identical\n"
-                       : "runs differ\n";
+  out += r.identical() ? "no split: every common request is bit-identical\n" : "runs differ\n";
   return out;
 }
 
@@ -1345,13 +1361,11 @@ std::string diff_report_json(const DiffReport& r) {
     q["compared_logits"] = d.compared_logits;
     q["notes"] = d.notes;
     if (d.split_position >= 0) {
-      q["numerical_split"] = {{"position", d.split_position},
-                              {"step_a", d.split_step_a},
-                              {"step_b", d.split_step_b},
-                              {"logits_a", fp(d.logits_a)},
-                              {"logits_b", fp(d.logits_b)},
-                              {"top_k_max_delta", d.logits_top_max_delta},
-                              {"top_k_common", d.logits_top_common}};
+      q["numerical_split"] = {
+          {"position", d.split_position},       {"step_a", d.split_step_a},
+          {"step_b", d.split_step_b},           {"logits_a", fp(d.logits_a)},
+          {"logits_b", fp(d.logits_b)},         {"top_k_max_delta", d.logits_top_max_delta},
+          {"top_k_common", d.logits_top_common}};
     } else {
       q["numerical_split"] = nullptr;
     }

@@ -28,8 +28,8 @@ Status write_npy(const std::string& path, const char* descr, const std::vector<i
     n *= static_cast<size_t>(shape[i]);
   }
   if (shape.size() == 1) dims += ",";  // "(3, 4)" but "(3,)"
-  std::string header = std::string("{'descr': '") + descr +
-                       "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  std::string header =
+      std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
   // Magic (6) + version (2) + length (2) + header + '\n' is a multiple of 64.
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
@@ -37,7 +37,14 @@ Status write_npy(const std::string& path, const char* descr, const std::vector<i
   File f(std::fopen(path.c_str(), "wb"));
   if (!f) return io_error(path, "cannot create");
   const uint16_t len = static_cast<uint16_t>(header.size());
-  const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+  const unsigned char pre[10] = {0x93,
+                                 'N',
+                                 'U',
+                                 'M',
+                                 'P',
+                                 'Y',
+                                 1,
+                                 0,
                                  static_cast<unsigned char>(len & 0xff),
                                  static_cast<unsigned char>(len >> 8)};
   if (std::fwrite(pre, 1, sizeof pre, f.get()) != sizeof pre ||
@@ -98,8 +105,8 @@ Result<NpyArray> read_npy(const std::string& path) {
     if (colon == std::string::npos) return "";
     size_t start = header.find_first_not_of(' ', colon + 1);
     if (start == std::string::npos) return "";
-    size_t end = header[start] == '(' ? header.find(')', start) + 1
-                                      : header.find_first_of(",}", start);
+    size_t end =
+        header[start] == '(' ? header.find(')', start) + 1 : header.find_first_of(",}", start);
     if (end == std::string::npos || end == 0) return "";
     return header.substr(start, end - start);
   };

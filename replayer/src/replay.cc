@@ -21,7 +21,6 @@
 namespace llmrr::replay {
 namespace {
 
-
 std::string fp_text(const trace::Fingerprint& f) {
   char b[96];
   std::snprintf(b, sizeof b, "fingerprint %016" PRIx64 " (l2 %.9g, max |x| %.9g)", f.hash,
@@ -63,14 +62,14 @@ std::string segments_text(const std::vector<trace::Segment>& segs) {
 // Compares what the engine produces with the current step of a TraceFeed.
 class Verifier final : public Observer {
  public:
-  Verifier(TraceFeed& feed, std::optional<RequestId> only, const Engine* engine,
-           bool check_routing)
-      : feed_(feed), only_(only), engine_(engine), check_routing_(check_routing) {}
+  Verifier(TraceFeed& feed, const trace::TraceReader* reader, std::optional<RequestId> only,
+           const Engine* engine, bool check_routing)
+      : feed_(feed), reader_(reader), only_(only), engine_(engine), check_routing_(check_routing) {}
 
   const std::optional<Mismatch>& mismatch() const { return mismatch_; }
   bool routing_first() const { return routing_first_; }
   int64_t rows_checked = 0, logits_checked = 0, plans_checked = 0, routings_checked = 0,
-          tokens_checked = 0;
+          tokens_checked = 0, blobs_checked = 0;
 
   bool wants_rows(SiteId site) override {
     return !mismatch_ && site_index_.count(site.packed()) != 0;
@@ -212,8 +211,8 @@ class Verifier final : public Observer {
     }
     const std::string site = "routing L" + std::to_string(v.layer);
     if (!rec) {
-      fail(v.step, site, "routing", "no routing recorded", "routing of " +
-                                                                std::to_string(v.rows) + " rows");
+      fail(v.step, site, "routing", "no routing recorded",
+           "routing of " + std::to_string(v.rows) + " rows");
       return;
     }
     if (rec->k != v.k || rec->capacity != v.capacity) {
@@ -272,8 +271,8 @@ class Verifier final : public Observer {
                fp_text(got));
       return;
     }
-    const int k = static_cast<int>(std::min<int64_t>(
-        std::max<int64_t>(static_cast<int64_t>(rec.top_ids.size()), 2), v.vocab));
+    const int k = static_cast<int>(
+        std::min<int64_t>(std::max<int64_t>(static_cast<int64_t>(rec.top_ids.size()), 2), v.vocab));
     top_ids_.resize(k);
     top_vals_.resize(k);
     kernels::topk(v.logits, v.vocab, k, top_ids_.data(), top_vals_.data());
@@ -284,6 +283,27 @@ class Verifier final : public Observer {
                  "id " + std::to_string(rec.top_ids[j]) + " = " + float_text(rec.top_values[j]),
                  "id " + std::to_string(top_ids_[j]) + " = " + float_text(top_vals_[j]));
         return;
+      }
+    }
+    // Full logits stored as a blob (--logits full): compared bit for bit. An XOR-coded blob
+    // needs its reference trace, which a replay does not have: the fingerprint stands then.
+    if (rec.blob >= 0 && reader_ != nullptr) {
+      Result<trace::BlobInfo> info = reader_->blob_info(rec.blob);
+      if (info.ok() && !info->xor_coded) {
+        Status st = reader_->read_blob(rec.blob, &blob_);
+        const size_t bytes = static_cast<size_t>(v.vocab) * sizeof(float);
+        if (!st.ok()) {
+          fail_row(v.step, v.batch_row, where, "full logits blob " + std::to_string(rec.blob),
+                   "a readable blob", st.to_string());
+          return;
+        }
+        if (blob_.size() != bytes || std::memcmp(blob_.data(), v.logits, bytes) != 0) {
+          fail_row(v.step, v.batch_row, where, "full logits blob " + std::to_string(rec.blob),
+                   std::to_string(blob_.size()) + " bytes as recorded",
+                   std::to_string(bytes) + " bytes that differ");
+          return;
+        }
+        ++blobs_checked;
       }
     }
     const float margin = k >= 2 ? top_vals_[0] - top_vals_[1] : 0.0f;
@@ -327,9 +347,9 @@ class Verifier final : public Observer {
     const std::vector<trace::FinishRecord>& recs = feed_.current().finishes;
     size_t i = 0;
     while (i < recs.size() && recs[i].request != f.request) ++i;
-    const std::string got = std::string(trace::finish_reason_name(
-                                static_cast<trace::FinishReason>(f.reason))) +
-                            " after " + std::to_string(f.generated) + " tokens";
+    const std::string got =
+        std::string(trace::finish_reason_name(static_cast<trace::FinishReason>(f.reason))) +
+        " after " + std::to_string(f.generated) + " tokens";
     if (i == recs.size()) {
       fail(f.step, "finish", "request " + std::to_string(f.request), "no finish recorded", got,
            f.request);
@@ -402,8 +422,8 @@ class Verifier final : public Observer {
     m.found = std::move(found);
     mismatch_ = std::move(m);
   }
-  void fail_row(int64_t step, int64_t row, std::string site, std::string what,
-                std::string expected, std::string found) {
+  void fail_row(int64_t step, int64_t row, std::string site, std::string what, std::string expected,
+                std::string found) {
     if (mismatch_) return;
     RequestId req = 0;
     int32_t pos = -1;
@@ -419,6 +439,7 @@ class Verifier final : public Observer {
   }
 
   TraceFeed& feed_;
+  const trace::TraceReader* reader_;
   std::optional<RequestId> only_;
   const Engine* engine_;
   bool check_routing_;
@@ -433,6 +454,7 @@ class Verifier final : public Observer {
   std::vector<bool> logits_seen_, tokens_seen_, finishes_seen_;
   std::vector<int32_t> top_ids_;
   std::vector<float> top_vals_;
+  std::vector<uint8_t> blob_;
 };
 
 // Collects the rows of the requested (site, step)s and writes them as .npy files.
@@ -566,8 +588,10 @@ Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const Loaded
   RETURN_IF_ERROR(check_weights(header, model, &warning));
   if (!warning.empty()) report.notes.push_back(warning);
   if (!reader.complete()) {
-    report.notes.push_back("the trace is truncated (no footer): replaying up to its last whole "
-                           "step, step " + std::to_string(reader.last_step()));
+    report.notes.push_back(
+        "the trace is truncated (no footer): replaying up to its last whole "
+        "step, step " +
+        std::to_string(reader.last_step()));
   }
   if (reader.lossy()) {
     report.notes.push_back("the trace is lossy (" + reader.lossy_reason() +
@@ -595,8 +619,8 @@ Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const Loaded
       return make_error(ErrorCode::kInvalidArgument, "--materialize needs -o DIR");
     }
     if (::stat(options.out_dir.c_str(), &st) != 0 && ::mkdir(options.out_dir.c_str(), 0777) != 0) {
-      return make_error(ErrorCode::kIo, options.out_dir + ": cannot create the directory: " +
-                                            std::strerror(errno));
+      return make_error(ErrorCode::kIo,
+                        options.out_dir + ": cannot create the directory: " + std::strerror(errno));
     }
   }
 
@@ -617,11 +641,11 @@ Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const Loaded
   Engine& engine = **created;
   engine_ptr = &engine;
   engine.set_schedule_source(&feed);
-  engine.set_routing_source(&feed, options.check_routing ? RoutingMode::kCheck
-                                                         : RoutingMode::kForce);
+  engine.set_routing_source(&feed,
+                            options.check_routing ? RoutingMode::kCheck : RoutingMode::kForce);
   if (only) engine.set_isolated_request(*only);
 
-  Verifier verifier(feed, only, &engine, options.check_routing);
+  Verifier verifier(feed, &reader, only, &engine, options.check_routing);
   engine.add_observer(&verifier);
   std::unique_ptr<Materializer> materializer;
   if (!options.materialize.empty()) {
@@ -645,6 +669,7 @@ Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const Loaded
   report.plans_checked = verifier.plans_checked;
   report.routings_checked = verifier.routings_checked;
   report.tokens = verifier.tokens_checked;
+  report.logit_blobs_checked = verifier.blobs_checked;
   if (verifier.mismatch()) {
     if (verifier.routing_first()) {
       report.routing_mismatch = engine.routing_mismatch();
@@ -658,7 +683,8 @@ Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const Loaded
 }
 
 Result<ReplayReport> replay_trace(const std::string& trace_path, const ReplayOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<trace::TraceReader> reader, trace::TraceReader::open(trace_path));
+  ASSIGN_OR_RETURN(std::unique_ptr<trace::TraceReader> reader,
+                   trace::TraceReader::open(trace_path));
   std::string spec_note;
   ASSIGN_OR_RETURN(std::string spec, resolve_model_spec(reader->run_header(), options.model));
   Result<LoadedModel> model = load_model(spec);
@@ -685,8 +711,7 @@ std::string format_replay_report(const ReplayReport& r) {
     const Mismatch& m = *r.mismatch;
     out += "mismatch at step " + std::to_string(m.step);
     if (m.position >= 0) {
-      out += ", request " + std::to_string(m.request) + ", position " +
-             std::to_string(m.position);
+      out += ", request " + std::to_string(m.request) + ", position " + std::to_string(m.position);
     } else if (m.request != 0 || m.site == "finish") {
       out += ", request " + std::to_string(m.request);
     }
@@ -698,8 +723,8 @@ std::string format_replay_report(const ReplayReport& r) {
            std::to_string(r.tokens) + " tokens before the mismatch: not bit-exact\n";
     return out;
   }
-  out += "replayed " + std::to_string(r.steps) + " steps, " + std::to_string(r.tokens) +
-         " tokens" + scope + ": bit-exact";
+  out += "replayed " + std::to_string(r.steps) + " steps, " + std::to_string(r.tokens) + " tokens" +
+         scope + ": bit-exact";
   if (r.check_routing) out += " (routing recomputed, every token's experts as recorded)";
   out += "\n";
   if (!r.trace_complete) {
@@ -721,6 +746,7 @@ std::string replay_report_json(const ReplayReport& r) {
   j["logits_checked"] = r.logits_checked;
   j["plans_checked"] = r.plans_checked;
   j["routings_checked"] = r.routings_checked;
+  j["logit_blobs_checked"] = r.logit_blobs_checked;
   j["trace_steps"] = r.trace_steps;
   j["trace_tokens"] = r.trace_tokens;
   j["trace_complete"] = r.trace_complete;
@@ -731,16 +757,16 @@ std::string replay_report_json(const ReplayReport& r) {
   j["written"] = r.written;
   if (r.mismatch) {
     const Mismatch& m = *r.mismatch;
-    j["mismatch"] = {{"step", m.step},         {"request", m.request},   {"position", m.position},
-                     {"batch_row", m.batch_row}, {"site", m.site},         {"what", m.what},
+    j["mismatch"] = {{"step", m.step},           {"request", m.request}, {"position", m.position},
+                     {"batch_row", m.batch_row}, {"site", m.site},       {"what", m.what},
                      {"expected", m.expected},   {"found", m.found}};
   } else {
     j["mismatch"] = nullptr;
   }
   if (r.routing_mismatch) {
     const RoutingMismatch& m = *r.routing_mismatch;
-    j["routing_mismatch"] = {{"step", m.step},         {"layer", m.layer},
-                             {"request", m.request},   {"position", m.position},
+    j["routing_mismatch"] = {{"step", m.step},           {"layer", m.layer},
+                             {"request", m.request},     {"position", m.position},
                              {"batch_row", m.batch_row}, {"expected", m.expected},
                              {"found", m.found}};
   } else {

@@ -208,9 +208,9 @@ Result<std::shared_ptr<Policy>> policy_from_header(const trace::RunHeader& h) {
     if (split <= 0) split = default_invariant_split_size(h.model.hidden);
     return std::shared_ptr<Policy>(make_invariant_policy(split));
   }
-  return make_error(ErrorCode::kUnsupported,
-                    "run header: policy '" + name + "' cannot be rebuilt (production, "
-                    "production+atomics or invariant)");
+  return make_error(ErrorCode::kUnsupported, "run header: policy '" + name +
+                                                 "' cannot be rebuilt (production, "
+                                                 "production+atomics or invariant)");
 }
 
 Result<std::string> resolve_model_spec(const trace::RunHeader& h,
@@ -226,9 +226,8 @@ Result<std::string> resolve_model_spec(const trace::RunHeader& h,
     if (!cached.empty()) return cached;
     tried += ", the SmolLM2 cache in " + model_cache_dir() + " (run tools/fetch-smollm2)";
   }
-  return make_error(ErrorCode::kNotFound,
-                    "cannot find the model of this trace (" + m.name + "): tried " + tried +
-                        "; pass --model PATH");
+  return make_error(ErrorCode::kNotFound, "cannot find the model of this trace (" + m.name +
+                                              "): tried " + tried + "; pass --model PATH");
 }
 
 Status check_weights(const trace::RunHeader& h, const LoadedModel& model, std::string* warning) {
@@ -254,8 +253,8 @@ Status check_weights(const trace::RunHeader& h, const LoadedModel& model, std::s
   return Status::Ok();
 }
 
-Result<LoadedModel> load_model_for(const trace::RunHeader& header,
-                                   const std::string& override_spec, std::string* warning) {
+Result<LoadedModel> load_model_for(const trace::RunHeader& header, const std::string& override_spec,
+                                   std::string* warning) {
   ASSIGN_OR_RETURN(std::string spec, resolve_model_spec(header, override_spec));
   Result<LoadedModel> model = load_model(spec);
   if (!model.ok()) return model.status().with_context("loading the model " + spec + ": ");

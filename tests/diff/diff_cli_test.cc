@@ -35,8 +35,8 @@ const Pair& traces() {
 
 TEST(DiffCli, IdenticalExitsZero) {
   std::string out;
-  int rc = run_command(rtest::llmrr_binary() + " diff " + traces().alone + " " + traces().alone2,
-                       &out);
+  int rc =
+      run_command(rtest::llmrr_binary() + " diff " + traces().alone + " " + traces().alone2, &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("request 0 \"target\": identical"), std::string::npos) << out;
   EXPECT_NE(out.find("no split"), std::string::npos) << out;
@@ -44,8 +44,8 @@ TEST(DiffCli, IdenticalExitsZero) {
 
 TEST(DiffCli, DifferExitsOneWithAStory) {
   std::string out;
-  int rc = run_command(rtest::llmrr_binary() + " diff " + traces().alone + " " + traces().loaded,
-                       &out);
+  int rc =
+      run_command(rtest::llmrr_binary() + " diff " + traces().alone + " " + traces().loaded, &out);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("request 0 \"target\""), std::string::npos) << out;
   EXPECT_NE(out.find("First difference at step"), std::string::npos) << out;
@@ -55,9 +55,9 @@ TEST(DiffCli, DifferExitsOneWithAStory) {
 
 TEST(DiffCli, JsonAndRequest) {
   std::string out;
-  int rc = run_command(rtest::llmrr_binary() + " diff --json --request 0 " + traces().alone +
-                           " " + traces().loaded,
-                       &out);
+  int rc = run_command(
+      rtest::llmrr_binary() + " diff --json --request 0 " + traces().alone + " " + traces().loaded,
+      &out);
   EXPECT_EQ(rc, 1) << out;
   nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << out;
@@ -72,14 +72,14 @@ TEST(DiffCli, JsonAndRequest) {
 
 TEST(DiffCli, BadInputExitsTwo) {
   std::string out;
-  int rc = run_command(rtest::llmrr_binary() + " diff " + traces().alone + " " +
-                           temp_path("nope.trace"),
-                       &out, true);
+  int rc =
+      run_command(rtest::llmrr_binary() + " diff " + traces().alone + " " + temp_path("nope.trace"),
+                  &out, true);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("nope.trace"), std::string::npos) << out;
-  rc = run_command(rtest::llmrr_binary() + " diff --request x " + traces().alone + " " +
-                       traces().alone,
-                   &out, true);
+  rc = run_command(
+      rtest::llmrr_binary() + " diff --request x " + traces().alone + " " + traces().alone, &out,
+      true);
   EXPECT_EQ(rc, 2) << out;
   rc = run_command(rtest::llmrr_binary() + " diff " + traces().alone, &out, true);
   EXPECT_EQ(rc, 2) << out;

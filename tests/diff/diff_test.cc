@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/diff.h"
@@ -47,7 +47,9 @@ const RequestDiff* find(const DiffReport& d, RequestId id) {
   return nullptr;
 }
 
-std::vector<RequestSpec> target_only(const std::vector<RequestSpec>& all) { return {all[0]}; }
+std::vector<RequestSpec> target_only(const std::vector<RequestSpec>& all) {
+  return {all[0]};
+}
 
 // The batch row of (request, position) at a recorded step of a MemoryTrace.
 int64_t row_at(const MemoryTrace& m, int64_t step, RequestId request, int32_t position) {
@@ -68,7 +70,8 @@ int64_t row_at(const MemoryTrace& m, int64_t step, RequestId request, int32_t po
 // two in-memory runs: an oracle independent of the trace files.
 std::string first_differing_site(const MemoryTrace& a, const MemoryTrace& b, int64_t step_a,
                                  int64_t step_b, RequestId request, int32_t position) {
-  const int64_t ra = row_at(a, step_a, request, position), rb = row_at(b, step_b, request, position);
+  const int64_t ra = row_at(a, step_a, request, position),
+                rb = row_at(b, step_b, request, position);
   std::map<SiteId, std::pair<uint64_t, uint64_t>> sites;
   for (const auto& [key, h] : a.row_hashes()) {
     if (std::get<0>(key) == step_a && std::get<2>(key) == ra) {
@@ -136,8 +139,8 @@ TEST(Diff, AloneVersusLoad) {
     EXPECT_TRUE(r.batch_differs);
     EXPECT_GT(r.batch_b.rows, r.batch_a.rows);
     // The oracle: the first differing site of that row, from in-memory row hashes.
-    EXPECT_EQ(r.first_site, first_differing_site(*a.mem, *b.mem, r.batch_a.step, r.batch_b.step,
-                                                 0, r.root_position));
+    EXPECT_EQ(r.first_site, first_differing_site(*a.mem, *b.mem, r.batch_a.step, r.batch_b.step, 0,
+                                                 r.root_position));
     // The named plan is the one recorded at that step and site, and it differs.
     ASSERT_FALSE(r.plans.empty());
     const replay::PlanDifference& p = r.plans[0];
@@ -201,8 +204,7 @@ TEST(Diff, PlantedPlanIsNamedExactly) {
       for (const BatchSegment& g : s.segments) in_step |= s.step == step && g.request == r.a;
     }
     if (!in_step) {
-      EXPECT_EQ(r.verdict, Verdict::kIdentical) << "request " << r.a << " was not in step "
-                                                << step;
+      EXPECT_EQ(r.verdict, Verdict::kIdentical) << "request " << r.a << " was not in step " << step;
       continue;
     }
     if (r.verdict == Verdict::kIdentical && !r.root_found) continue;  // bits unchanged here

@@ -43,14 +43,12 @@ TEST(ReplayCli, BitExactExitsZero) {
 
 TEST(ReplayCli, Avx2PathAndOneThread) {
   std::string out;
-  int rc = run_command("LLMRR_ISA=avx2 " + rtest::llmrr_binary() + " replay --threads 1 " +
-                           cli_trace(),
-                       &out);
+  int rc = run_command(
+      "LLMRR_ISA=avx2 " + rtest::llmrr_binary() + " replay --threads 1 " + cli_trace(), &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("bit-exact"), std::string::npos) << out;
-  rc = run_command("LLMRR_ISA=scalar " + rtest::llmrr_binary() + " replay --request 2 " +
-                       cli_trace(),
-                   &out);
+  rc = run_command(
+      "LLMRR_ISA=scalar " + rtest::llmrr_binary() + " replay --request 2 " + cli_trace(), &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("of request 2 alone: bit-exact"), std::string::npos) << out;
 }
@@ -68,8 +66,7 @@ TEST(ReplayCli, Json) {
 
 TEST(ReplayCli, WrongModelExitsTwo) {
   std::string out;
-  int rc = run_command(rtest::llmrr_binary() + " replay --model builtin:tiny-dense " +
-                           cli_trace(),
+  int rc = run_command(rtest::llmrr_binary() + " replay --model builtin:tiny-dense " + cli_trace(),
                        &out, true);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("weight_mismatch"), std::string::npos) << out;
@@ -117,9 +114,10 @@ TEST(ReplayCli, TracesOfLlmrrRecordReplay) {
     const char* options;
   };
   const Case cases[] = {
-      {"rec-invariant", "--policy invariant --dtype bf16 --scoring sigmoid --capacity-factor 1.0 "
-                        "--overflow reroute --attn-split 32 --kv-block 8 --prefill-chunk 7 "
-                        "--load 3"},
+      {"rec-invariant",
+       "--policy invariant --dtype bf16 --scoring sigmoid --capacity-factor 1.0 "
+       "--overflow reroute --attn-split 32 --kv-block 8 --prefill-chunk 7 "
+       "--load 3"},
       {"rec-atomics", "--atomics --temperature 0.8 --top-p 0.9 --seed 3 --load 2 --capture all"},
       {"rec-dense", "--model builtin:tiny-dense --capture none --max-batch-tokens 24 --load 4"},
   };
@@ -138,8 +136,8 @@ TEST(ReplayCli, TracesOfLlmrrRecordReplay) {
     EXPECT_NE(out.find("bit-exact"), std::string::npos) << c.name << ": " << out;
     rc = run_command("LLMRR_ISA=avx2 " + bin + " replay --threads 1 --request 0 " + path, &out);
     EXPECT_EQ(rc, 0) << c.name << ": " << out;
-    EXPECT_NE(out.find("of request 0 alone: bit-exact"), std::string::npos) << c.name << ": "
-                                                                             << out;
+    EXPECT_NE(out.find("of request 0 alone: bit-exact"), std::string::npos)
+        << c.name << ": " << out;
   }
   std::string out;
   int rc = run_command(bin + " replay --check-routing " + temp_path("rec-invariant.trace"), &out);
@@ -164,14 +162,14 @@ TEST(DemoCli, TellsTheStory) {
                     three = out.substr(part3, part4 - part3), four = out.substr(part4);
   EXPECT_NE(one.find("split at token"), std::string::npos) << one;
   EXPECT_NE(one.find("A ran split-K"), std::string::npos) << one;
-  EXPECT_NE(two.find("no split: every common request is bit-identical"), std::string::npos)
-      << two;
+  EXPECT_NE(two.find("no split: every common request is bit-identical"), std::string::npos) << two;
   EXPECT_NE(three.find("split at token"), std::string::npos) << three;
   EXPECT_NE(three.find("routing: at layer"), std::string::npos) << three;
   EXPECT_NE(three.find("expert capacity decided"), std::string::npos) << three;
   EXPECT_EQ(four.find("mismatch"), std::string::npos) << four;
   size_t exact = 0;
-  for (size_t at = four.find("bit-exact"); at != std::string::npos; at = four.find("bit-exact", at + 1)) {
+  for (size_t at = four.find("bit-exact"); at != std::string::npos;
+       at = four.find("bit-exact", at + 1)) {
     ++exact;
   }
   EXPECT_EQ(exact, 3u) << four;

@@ -80,6 +80,20 @@ TEST_P(RecordReplay, BitExactWithEveryRecordChecked) {
     EXPECT_EQ(r.routings_checked, r.steps * m.config.layers);
   }
   EXPECT_NE(replay::format_replay_report(r).find("bit-exact"), std::string::npos);
+  EXPECT_EQ(r.logit_blobs_checked, 0);
+}
+
+// --logits full: the whole logit rows are stored as blobs and compared bit for bit.
+TEST(Replay, FullLogitBlobsAreCompared) {
+  const LoadedModel& m = builtin("tiny-dense");
+  RunSpec spec;
+  spec.logits = trace::LogitsMode::kFull;
+  spec.requests = rtest::target_and_load(m, "Full logits", 4, 2);
+  rtest::Recorded rec = record(m, spec, temp_path("full-logits.trace"));
+  ASSERT_TRUE(rec.ok);
+  ReplayReport r = replay_ok(rec.path, m);
+  EXPECT_EQ(r.logit_blobs_checked, r.tokens);
+  EXPECT_GT(r.tokens, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -243,8 +257,8 @@ TEST(Replay, MaterializeMatchesFingerprints) {
       const int64_t n = data->shape[0], cols = data->shape[1];
       int64_t expect_n = 0;
       for (size_t i = 0; i < rec_rows->rows.size(); ++i) {
-        int32_t b = rec_rows->batch_rows.empty() ? static_cast<int32_t>(i)
-                                                 : rec_rows->batch_rows[i];
+        int32_t b =
+            rec_rows->batch_rows.empty() ? static_cast<int32_t>(i) : rec_rows->batch_rows[i];
         if (!alone || target_rows.count(b)) ++expect_n;
       }
       EXPECT_EQ(n, expect_n) << s;
@@ -257,8 +271,8 @@ TEST(Replay, MaterializeMatchesFingerprints) {
         trace::Fingerprint fp = trace::fingerprint_row(row.data(), cols);
         bool found = false;
         for (size_t k = 0; k < rec_rows->rows.size(); ++k) {
-          int32_t rb = rec_rows->batch_rows.empty() ? static_cast<int32_t>(k)
-                                                    : rec_rows->batch_rows[k];
+          int32_t rb =
+              rec_rows->batch_rows.empty() ? static_cast<int32_t>(k) : rec_rows->batch_rows[k];
           if (rb != b) continue;
           found = true;
           EXPECT_EQ(fp, rec_rows->rows[k]) << s << " batch row " << b;
@@ -593,10 +607,10 @@ TEST(Replay, EngineOverridesFromTheHeader) {
   replay_ok(rec.path, m);
   // Without the overrides the replay differs at once (the header is what makes it work).
   std::string stripped = temp_path("overrides-stripped.trace");
-  ASSERT_TRUE(rtest::rewrite_trace(rec.path, stripped,
-                                   [](trace::RunHeader& h) { h.extra_config_json = "{}"; },
-                                   nullptr)
-                  .ok());
+  ASSERT_TRUE(
+      rtest::rewrite_trace(
+          rec.path, stripped, [](trace::RunHeader& h) { h.extra_config_json = "{}"; }, nullptr)
+          .ok());
   auto reader = open_trace(stripped);
   Result<ReplayReport> r = replay::replay_trace(*reader, m, {});
   ASSERT_TRUE(r.ok()) << r.status().to_string();

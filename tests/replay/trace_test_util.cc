@@ -116,11 +116,10 @@ Recorded record(const LoadedModel& model, const RunSpec& spec, const std::string
     return rec;
   }
   trace::RunHeader header = base_run_header();
-  replay::fill_run_header(&header, model, spec.config, policy->name(), device,
-                          spec.policy == "invariant"
-                              ? default_invariant_split_size(model.config.hidden)
-                              : 0,
-                          0, static_cast<int32_t>(spec.requests.size()) - 1);
+  replay::fill_run_header(
+      &header, model, spec.config, policy->name(), device,
+      spec.policy == "invariant" ? default_invariant_split_size(model.config.hidden) : 0, 0,
+      static_cast<int32_t>(spec.requests.size()) - 1);
   header.command_line = "test";
   RecorderOptions ro;
   ro.capture = spec.capture;
@@ -198,6 +197,8 @@ int run_command(const std::string& command, std::string* out, bool with_stderr) 
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-std::string llmrr_binary() { return LLMRR_BINARY; }
+std::string llmrr_binary() {
+  return LLMRR_BINARY;
+}
 
 }  // namespace llmrr::rtest

@@ -35,7 +35,7 @@ std::vector<RequestSpec> target_and_load(const LoadedModel& model, const std::st
                                          int32_t max_tokens, int32_t load, uint64_t seed = 7);
 
 struct RunSpec {
-  EngineConfig config;              // threads default 2 (set in the constructor)
+  EngineConfig config;                // threads default 2 (set in the constructor)
   std::string policy = "production";  // production | invariant | forced
   bool atomics = false;
   std::vector<RequestSpec> requests;

@@ -38,9 +38,9 @@ struct DiffOptions {
 };
 
 enum class Verdict : uint8_t {
-  kIdentical = 0,   // logits and tokens bit-identical at every common position
-  kNumerical = 1,   // logits differ somewhere, every token is the same
-  kVisible = 2,     // a token differs
+  kIdentical = 0,  // logits and tokens bit-identical at every common position
+  kNumerical = 1,  // logits differ somewhere, every token is the same
+  kVisible = 2,    // a token differs
 };
 const char* verdict_name(Verdict v);  // "identical", "numerical split", "visible split"
 
@@ -51,20 +51,20 @@ struct BatchSide {
   int32_t requests = 0;
   int32_t prefill_segments = 0;
   int32_t decode_segments = 0;
-  int64_t batch_row = -1;       // the differing row's place in it
-  trace::Segment own;           // the differing row's segment
+  int64_t batch_row = -1;  // the differing row's place in it
+  trace::Segment own;      // the differing row's segment
   std::vector<trace::Segment> segments;
 };
 
 // One op whose plan differs between the runs at the step of the first difference.
 struct PlanDifference {
-  uint64_t site = 0;            // packed SiteId
+  uint64_t site = 0;  // packed SiteId
   std::string site_name;
   bool in_a = false, in_b = false;
   trace::PlanRecord a, b;
-  std::string a_text, b_text;   // plan_to_string
-  bool arrival_only = false;    // same plan but for the arrival (atomic) order
-  bool is_first_site = false;   // the plan of the first differing site itself
+  std::string a_text, b_text;         // plan_to_string
+  bool arrival_only = false;          // same plan but for the arrival (atomic) order
+  bool is_first_site = false;         // the plan of the first differing site itself
   bool output_checked_equal = false;  // its rows were compared and equal for this row
 };
 
@@ -75,9 +75,9 @@ struct RoutingDifference {
   std::vector<int32_t> experts_a, experts_b;  // after capacity (-1 dropped)
   std::vector<trace::RouteOutcome> outcome_a, outcome_b;
   int32_t capacity_a = 0, capacity_b = 0;
-  int64_t rows_a = 0, rows_b = 0;             // tokens routed at that layer and step
+  int64_t rows_a = 0, rows_b = 0;  // tokens routed at that layer and step
   int64_t rerouted_a = 0, dropped_a = 0, rerouted_b = 0, dropped_b = 0;  // whole step
-  bool row_differs = false;                   // this row's experts differ
+  bool row_differs = false;  // this row's experts differ
 };
 
 struct RequestDiff {
@@ -99,30 +99,30 @@ struct RequestDiff {
   // first differing site among those both traces hold.
   bool root_found = false;
   int32_t root_position = -1;
-  std::string first_site;            // "" when no captured site differs
+  std::string first_site;  // "" when no captured site differs
   uint64_t first_site_packed = 0;
   trace::Fingerprint site_a, site_b;
-  int32_t common_sites = 0;          // sites both hold for that row
-  std::string capture_note;          // what the captured sites cannot tell
+  int32_t common_sites = 0;  // sites both hold for that row
+  std::string capture_note;  // what the captured sites cannot tell
   BatchSide batch_a, batch_b;
   bool batch_differs = false;
   std::vector<PlanDifference> plans;
   std::optional<RoutingDifference> routing;
   // "plan", "arrival-order", "routing", "batch", "weights", "config", "unknown", "".
   std::string cause;
-  std::string cause_text;            // one sentence
+  std::string cause_text;  // one sentence
 
   // Visible split: the first position whose token differs.
   int32_t visible_position = -1;
   int32_t top1_a = -1, top2_a = -1, top1_b = -1, top2_b = -1;
   float top1_value_a = 0, top2_value_a = 0, top1_value_b = 0, top2_value_b = 0;
   float margin_a = 0, margin_b = 0;
-  std::vector<int32_t> context;       // tokens just before the split (common)
+  std::vector<int32_t> context;  // tokens just before the split (common)
   std::vector<int32_t> continuation_a, continuation_b;
   std::string context_text, text_a, text_b;  // decoded when a tokenizer is available
   std::string token_a_text, token_b_text;
   std::string top1_a_text, top2_a_text, top1_b_text, top2_b_text;
-  std::vector<std::string> notes;     // e.g. internal rows differ but logits do not
+  std::vector<std::string> notes;  // e.g. internal rows differ but logits do not
 };
 
 struct DiffReport {
@@ -132,11 +132,11 @@ struct DiffReport {
   int64_t a_last_step = -1, b_last_step = -1;
   int64_t a_steps = 0, b_steps = 0;
   int64_t a_requests = 0, b_requests = 0;
-  std::string alignment;              // "prompt hash and sampling params" or "explicit ids"
+  std::string alignment;  // "prompt hash and sampling params" or "explicit ids"
   std::vector<std::string> header_differences;  // "policy: production vs invariant", ...
-  std::vector<RequestDiff> requests;  // common requests, A's arrival order
+  std::vector<RequestDiff> requests;            // common requests, A's arrival order
   std::vector<RequestId> only_a, only_b;
-  std::vector<std::string> notes;     // truncated traces, tokenizer missing, ...
+  std::vector<std::string> notes;  // truncated traces, tokenizer missing, ...
   bool text_decoded = false;
   // Every common request identical (requests present in one run only do not count).
   bool identical() const;

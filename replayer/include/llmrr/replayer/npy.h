@@ -11,8 +11,7 @@
 
 namespace llmrr::replay {
 
-Status write_npy_f32(const std::string& path, const std::vector<int64_t>& shape,
-                     const float* data);
+Status write_npy_f32(const std::string& path, const std::vector<int64_t>& shape, const float* data);
 Status write_npy_i32(const std::string& path, const std::vector<int64_t>& shape,
                      const int32_t* data);
 

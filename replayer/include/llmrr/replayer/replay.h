@@ -39,12 +39,12 @@ Result<MaterializeSpec> parse_materialize(std::string_view text);
 std::string materialize_file_name(const MaterializeSpec& spec);
 
 struct ReplayOptions {
-  std::string model;        // model spec overriding the recorded one ("" = as recorded)
-  int32_t threads = 0;      // 0: the host's cores, at most 8 (never changes a result)
+  std::string model;                 // model spec overriding the recorded one ("" = as recorded)
+  int32_t threads = 0;               // 0: the host's cores, at most 8 (never changes a result)
   std::optional<RequestId> request;  // request-alone replay (invariant 3)
   bool check_routing = false;        // recompute routing and compare instead of forcing it
   std::vector<MaterializeSpec> materialize;
-  std::string out_dir;      // where materialized .npy files go
+  std::string out_dir;            // where materialized .npy files go
   int64_t last_step = INT64_MAX;  // stop after this step (tests, partial replays)
   // Called after every replayed step.
   std::function<void(int64_t step, int64_t steps_done)> progress;
@@ -54,33 +54,34 @@ struct ReplayOptions {
 struct Mismatch {
   int64_t step = -1;
   RequestId request = 0;
-  int32_t position = -1;    // -1 when not tied to one row
+  int32_t position = -1;  // -1 when not tied to one row
   int64_t batch_row = -1;
-  std::string site;         // "L3.mlp.down", "logits", "token", "routing L2", "batch", ...
-  std::string what;         // "fingerprint", "plan", "experts", "token", ...
-  std::string expected;     // as recorded
-  std::string found;        // as replayed
+  std::string site;      // "L3.mlp.down", "logits", "token", "routing L2", "batch", ...
+  std::string what;      // "fingerprint", "plan", "experts", "token", ...
+  std::string expected;  // as recorded
+  std::string found;     // as replayed
 };
 
 struct ReplayReport {
   std::string trace;
-  std::string model;            // the model spec that was loaded
-  int64_t steps = 0;            // steps replayed
-  int64_t tokens = 0;           // tokens checked
-  int64_t rows_checked = 0;     // row fingerprints compared
+  std::string model;         // the model spec that was loaded
+  int64_t steps = 0;         // steps replayed
+  int64_t tokens = 0;        // tokens checked
+  int64_t rows_checked = 0;  // row fingerprints compared
   int64_t logits_checked = 0;
   int64_t plans_checked = 0;
   int64_t routings_checked = 0;
-  int64_t trace_steps = 0;      // steps the trace holds
+  int64_t logit_blobs_checked = 0;  // full logits stored as blobs (--logits full)
+  int64_t trace_steps = 0;          // steps the trace holds
   int64_t trace_tokens = 0;
-  bool trace_complete = true;   // false: no footer (recording cut short)
+  bool trace_complete = true;  // false: no footer (recording cut short)
   int64_t last_whole_step = -1;
   std::optional<RequestId> request;
   bool check_routing = false;
-  std::vector<std::string> notes;     // truncated / lossy trace, no weight hash, ...
+  std::vector<std::string> notes;  // truncated / lossy trace, no weight hash, ...
   std::optional<Mismatch> mismatch;
   std::optional<RoutingMismatch> routing_mismatch;  // check_routing only
-  std::vector<std::string> written;   // materialized files
+  std::vector<std::string> written;                 // materialized files
   bool bit_exact() const { return !mismatch && !routing_mismatch; }
 };
 

@@ -30,10 +30,9 @@ namespace llmrr::replay {
 // header.engine (policy, virtual device, threads, scheduler, capacity, seed, load) and
 // header.extra_config_json from the engine's inputs. Capture fields are left to the
 // recorder (TraceRecorder::open overwrites them).
-void fill_run_header(trace::RunHeader* header, const LoadedModel& model,
-                     const EngineConfig& config, const std::string& policy_name,
-                     const VirtualDevice& device, int32_t attn_split = 0, uint64_t seed = 0,
-                     int32_t load = 0);
+void fill_run_header(trace::RunHeader* header, const LoadedModel& model, const EngineConfig& config,
+                     const std::string& policy_name, const VirtualDevice& device,
+                     int32_t attn_split = 0, uint64_t seed = 0, int32_t load = 0);
 
 // "xxh3-64:1f2e3d4c5b6a7988".
 std::string weight_hash_text(uint64_t hash);
@@ -43,8 +42,7 @@ bool parse_weight_hash(const std::string& text, uint64_t* hash);
 
 // The engine config the trace was recorded with, the thread count replaced by `threads`
 // when > 0. Errors name the header field.
-Result<EngineConfig> engine_config_from_header(const trace::RunHeader& header,
-                                               int32_t threads = 0);
+Result<EngineConfig> engine_config_from_header(const trace::RunHeader& header, int32_t threads = 0);
 
 // The policy the header names, rebuilt (production, production+atomics, invariant) — for
 // counterfactual runs and tests; a replay uses the forced policy instead.
@@ -64,8 +62,7 @@ Status check_weights(const trace::RunHeader& header, const LoadedModel& model,
                      std::string* warning = nullptr);
 
 // Loads the model for a trace (resolve_model_spec + load_model + check_weights).
-Result<LoadedModel> load_model_for(const trace::RunHeader& header,
-                                   const std::string& override_spec,
+Result<LoadedModel> load_model_for(const trace::RunHeader& header, const std::string& override_spec,
                                    std::string* warning = nullptr);
 
 }  // namespace llmrr::replay

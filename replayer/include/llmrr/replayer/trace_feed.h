@@ -36,8 +36,7 @@ class TraceFeed : public ScheduleSource, public PlanSource, public RoutingSource
 
   // `reader` must outlive the feed. Steps in [first, last] only (a replay starts at the
   // first step; tests may stop early).
-  TraceFeed(const trace::TraceReader& reader, ArrivalFn on_arrival,
-            int64_t last_step = INT64_MAX);
+  TraceFeed(const trace::TraceReader& reader, ArrivalFn on_arrival, int64_t last_step = INT64_MAX);
 
   // ScheduleSource: reads the next recorded step, hands its arrivals over, returns its batch.
   Result<std::optional<ScheduledStep>> next() override;
@@ -58,7 +57,7 @@ class TraceFeed : public ScheduleSource, public PlanSource, public RoutingSource
   trace::StepRecord step_;
   bool has_current_ = false;
   int64_t steps_read_ = 0;
-  std::unordered_map<uint64_t, Plan> plans_;         // current step, by packed site
+  std::unordered_map<uint64_t, Plan> plans_;            // current step, by packed site
   std::unordered_map<int32_t, ForcedRouting> routing_;  // current step, by layer
 };
 
