@@ -215,6 +215,7 @@ trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& r
       {"policy", o.policy},
       {"atomics", o.atomics},
       {"load", o.load},
+      {"arrival", o.arrival},
       {"seed", o.seed},
       {"max_tokens", o.max_tokens},
       {"temperature", o.temperature},
