@@ -54,6 +54,8 @@ struct PolicyCase {
   const char* name;
 };
 
+void PrintTo(const PolicyCase& c, std::ostream* os) { *os << c.name; }
+
 class RecordReplay : public ::testing::TestWithParam<PolicyCase> {};
 
 TEST_P(RecordReplay, BitExactWithEveryRecordChecked) {
