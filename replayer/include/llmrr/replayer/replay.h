@@ -42,7 +42,10 @@ struct ReplayOptions {
   std::string model;                 // model spec overriding the recorded one ("" = as recorded)
   int32_t threads = 0;               // 0: the host's cores, at most 8 (never changes a result)
   std::optional<RequestId> request;  // request-alone replay (invariant 3)
-  bool check_routing = false;        // recompute routing and compare instead of forcing it
+  // Recompute routing and compare instead of forcing it. With `request` and expert capacity
+  // the recomputation sees only that request's rows competing for capacity, so it may
+  // differ from the recording where other requests took capacity: use it on whole replays.
+  bool check_routing = false;
   std::vector<MaterializeSpec> materialize;
   std::string out_dir;            // where materialized .npy files go
   int64_t last_step = INT64_MAX;  // stop after this step (tests, partial replays)
