@@ -418,23 +418,34 @@ int run_record_command(int argc, char** argv) {
   RecorderStats rs = recorder.stats();
   const EngineStats& es = e.stats();
   if (!ro.quiet) {
-    double per_token = rs.tokens > 0 ? static_cast<double>(rs.file_bytes) / rs.tokens : 0.0;
+    // What the file holds (after an I/O error, less than what was recorded).
+    int64_t steps = rs.steps, tokens = rs.tokens;
+    uint64_t bytes = rs.file_bytes;
+    if (auto back = trace::TraceReader::open(ro.output); back.ok()) {
+      steps = (*back)->step_count();
+      tokens = (*back)->token_count();
+      bytes = (*back)->file_size();
+    }
+    double per_token = tokens > 0 ? static_cast<double>(bytes) / tokens : 0.0;
     std::string extra;
     if (rs.blobs > 0) {
       extra = ", " + std::to_string(rs.blobs) + " logit blobs";
       if (rs.xor_blobs > 0) extra += " (" + std::to_string(rs.xor_blobs) + " XOR-coded)";
     }
     std::fprintf(stderr,
-                 "%s: %s: %" PRId64 " steps, %" PRId64 " tokens, %zu requests, %" PRId64
+                 "%s: %s%s: %" PRId64 " steps, %" PRId64 " tokens, %zu requests, %" PRId64
                  " fingerprints%s | %.1f KiB, %.1f bytes/token | %s, capture %s, logits %s | "
                  "%.1f tokens/s\n",
-                 kCmd, ro.output.c_str(), rs.steps, rs.tokens, s.requests.size(), rs.fingerprints,
-                 extra.c_str(), rs.file_bytes / 1024.0, per_token, s.policy_name.c_str(),
-                 ro.capture.c_str(), ro.logits.c_str(),
+                 kCmd, ro.output.c_str(), closed.ok() ? "" : " (LOSSY)", steps, tokens,
+                 s.requests.size(), rs.fingerprints, extra.c_str(), bytes / 1024.0, per_token,
+                 s.policy_name.c_str(), ro.capture.c_str(), ro.logits.c_str(),
                  es.seconds > 0 ? es.generated / es.seconds : 0.0);
   }
   if (!closed.ok()) {
-    std::fprintf(stderr, "%s: the trace is incomplete (lossy): %s\n", kCmd, ro.output.c_str());
+    std::fprintf(stderr,
+                 "%s: recording stopped early; %s is lossy (it holds the steps written before "
+                 "the error); the generated text is complete\n",
+                 kCmd, ro.output.c_str());
     return fail(closed);
   }
   return 0;
