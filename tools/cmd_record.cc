@@ -67,7 +67,7 @@ class TextStream : public Observer {
   size_t printed_ = 0;
 };
 
-// A one-line progress bar on stderr, redrawn at most ten times a second.
+// A one-line progress bar on stderr, redrawn at most ten times a second; erased at the end.
 class Progress : public Observer {
  public:
   Progress(int64_t token_budget, const TraceRecorder* rec) : budget_(token_budget), rec_(rec) {}
@@ -75,7 +75,7 @@ class Progress : public Observer {
   void on_step_end(int64_t step) override {
     ++steps_;
     auto now = std::chrono::steady_clock::now();
-    if (now - last_ < std::chrono::milliseconds(100)) return;
+    if (drawn_ && now - last_ < std::chrono::milliseconds(100)) return;
     last_ = now;
     draw(step);
   }
@@ -270,6 +270,8 @@ int run_record_command(int argc, char** argv) {
       "temperature, top_k, top_p, seed, arrival_step, label, stop_at_eos (all but the prompt\n"
       "optional; defaults from the options). The target (stdout) is the request labelled\n"
       "\"target\", else the first.\n"
+      "\nA progress bar is drawn on stderr when it is a terminal and stdout is not (stdout then\n"
+      "streams the target's text); -q turns it and the summary off.\n"
       "\nExit: 0 ok, 2 bad input or usage (or the trace could not be written completely),\n"
       "3 internal error.");
   cli::EngineOptions o;
@@ -398,7 +400,9 @@ int run_record_command(int argc, char** argv) {
   TextStream stream(s.model.tokenizer.get(), s.target, e.model_config().eos);
   e.add_observer(&stream);
   std::unique_ptr<Progress> progress;
-  if (!ro.quiet && isatty(STDERR_FILENO)) {
+  // With stdout on a terminal too, the streaming text is the progress (a bar on the same
+  // screen would break its lines).
+  if (!ro.quiet && isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO)) {
     progress = std::make_unique<Progress>(token_budget, &recorder);
     e.add_observer(progress.get());
   }

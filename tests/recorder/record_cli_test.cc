@@ -103,6 +103,23 @@ TEST(RecordCli, StdoutIsTheRunsTextAndTheTraceIsComplete) {
   }
 }
 
+// With stderr on a terminal (and stdout not), a progress bar is drawn and erased; under
+// script(1) stderr is a pseudo-terminal.
+TEST(RecordCli, ProgressBarOnATerminal) {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1)";
+  const std::string path = temp_path("pty.trace"), text = temp_path("pty.txt");
+  std::string inner = quote(LLMRR_BIN) + " record --model builtin:tiny-moe --prompt hello " +
+                      "--max-tokens 12 -o " + quote(path) + " > " + quote(text);
+  const std::string pty = temp_path("pty.out");
+  const std::string cmd = "script -qec " + quote(inner) + " /dev/null > " + quote(pty) + " 2>&1";
+  ASSERT_EQ(std::system(("/bin/sh -c " + quote(cmd)).c_str()), 0);
+  const std::string out = slurp(pty);
+  EXPECT_NE(out.find("\r\033[K["), std::string::npos) << "no progress bar drawn: " << out;
+  EXPECT_NE(out.find(" tokens, "), std::string::npos);
+  EXPECT_NE(out.find("bytes/token"), std::string::npos) << "summary after the bar";
+  EXPECT_GT(slurp(text).size(), 1u) << "stdout still carries the text";
+}
+
 // The header alone says how to rebuild the engine.
 TEST(RecordCli, RunHeaderDescribesTheEngineCompletely) {
   const std::string path = temp_path("header.trace");
