@@ -1,9 +1,9 @@
 #include "check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
-#include <unordered_set>
 
 namespace llmrr::trace::detail {
 
@@ -20,6 +20,23 @@ std::string idx(const char* list, size_t i) {
 }
 
 }  // namespace
+
+// "rows[7]: expected each site once, found site 42 twice", or "" when sites are unique.
+template <typename T>
+std::string SemanticChecker::duplicate_site(const std::vector<T>& v, const char* list) {
+  scratch_ids_.clear();
+  for (const T& x : v) scratch_ids_.push_back(x.site);
+  std::sort(scratch_ids_.begin(), scratch_ids_.end());
+  for (size_t i = 1; i < scratch_ids_.size(); ++i) {
+    if (scratch_ids_[i] != scratch_ids_[i - 1]) continue;
+    size_t second = 0, seen = 0;
+    for (size_t k = 0; k < v.size(); ++k)
+      if (v[k].site == scratch_ids_[i] && ++seen == 2) second = k;
+    return idx(list, second) + ": expected each site once, found site " + unum(scratch_ids_[i]) +
+           " twice";
+  }
+  return {};
+}
 
 std::string check_plan(const PlanRecord& p) {
   if (static_cast<uint8_t>(p.op) > 3)
@@ -57,28 +74,40 @@ std::string check_plan(const PlanRecord& p) {
 }
 
 std::string SemanticChecker::check_step(const StepRecord& s, int64_t blob_count) {
-  const std::string at = "step " + num(s.step) + ": ";
+  const std::string at = "step " + num(s.step) + ": ";  // once per step
+  if (s.step < 0) return at + "expected a step number >= 0, found " + num(s.step);
   if (any_ && s.step <= last_step_)
     return at + "expected a step number > " + num(last_step_) +
            " (steps strictly increasing), found " + num(s.step);
 
-  // Arrivals.
-  std::unordered_set<uint64_t> arriving;
+  // Arrivals. (Sets of ids are sorted scratch vectors: no allocation per element, which
+  // matters because the writer runs these checks on every step it records.)
+  std::vector<uint64_t>& arriving = arriving_;
+  arriving.clear();
+  for (const RequestRecord& r : s.arrivals) arriving.push_back(r.id);
+  std::sort(arriving.begin(), arriving.end());
+  auto arrives = [&](uint64_t id) {
+    return std::binary_search(arriving.begin(), arriving.end(), id);
+  };
   for (size_t i = 0; i < s.arrivals.size(); ++i) {
     const RequestRecord& r = s.arrivals[i];
-    const std::string where = at + idx("arrivals", i) + ": request " + unum(r.id) + ": ";
-    if (by_id_.count(r.id) || !arriving.insert(r.id).second)
-      return where + "expected a new request id, found one that already arrived";
+    auto where = [&] {
+      return at + idx("arrivals", i) + ": request " + unum(r.id) + ": ";
+    };  // built only on failure
+    if (by_id_.count(r.id) || std::upper_bound(arriving.begin(), arriving.end(), r.id) -
+                                      std::lower_bound(arriving.begin(), arriving.end(), r.id) >
+                                  1)
+      return where() + "expected a new request id, found one that already arrived";
     if (!(r.temperature >= 0.0f) || !std::isfinite(r.temperature))
-      return where + "temperature: expected a finite value >= 0, found " +
+      return where() + "temperature: expected a finite value >= 0, found " +
              std::to_string(r.temperature);
     if (!(r.top_p >= 0.0f && r.top_p <= 1.0f))
-      return where + "top_p: expected a value in [0, 1], found " + std::to_string(r.top_p);
-    if (r.top_k < 0) return where + "top_k: expected >= 0, found " + num(r.top_k);
-    if (r.max_tokens < 0) return where + "max_tokens: expected >= 0, found " + num(r.max_tokens);
+      return where() + "top_p: expected a value in [0, 1], found " + std::to_string(r.top_p);
+    if (r.top_k < 0) return where() + "top_k: expected >= 0, found " + num(r.top_k);
+    if (r.max_tokens < 0) return where() + "max_tokens: expected >= 0, found " + num(r.max_tokens);
   }
   auto live = [&](uint64_t id) {
-    if (arriving.count(id)) return true;
+    if (arrives(id)) return true;
     auto it = by_id_.find(id);
     return it != by_id_.end() && !it->second.finished;
   };
@@ -94,91 +123,106 @@ std::string SemanticChecker::check_step(const StepRecord& s, int64_t blob_count)
   in_step_.clear();
   for (size_t i = 0; i < s.segments.size(); ++i) {
     const Segment& g = s.segments[i];
-    const std::string where = at + idx("segments", i) + ": ";
+    auto where = [&] { return at + idx("segments", i) + ": "; };  // built only on failure
     if (!live(g.request))
-      return where + "expected a request that arrived and is running, " + why_not_live(g.request);
+      return where() + "expected a request that arrived and is running, " + why_not_live(g.request);
     if (static_cast<uint8_t>(g.kind) > 1)
-      return where + "kind: expected 0 (prefill) or 1 (decode), found " +
+      return where() + "kind: expected 0 (prefill) or 1 (decode), found " +
              num(static_cast<uint8_t>(g.kind));
-    if (g.start < 0) return where + "start: expected >= 0, found " + num(g.start);
-    if (g.count < 1) return where + "count: expected >= 1, found " + num(g.count);
+    if (g.start < 0) return where() + "start: expected >= 0, found " + num(g.start);
+    if (g.count < 1) return where() + "count: expected >= 1, found " + num(g.count);
     if (g.kind == SegmentKind::kDecode && g.count != 1)
-      return where + "count: expected 1 for a decode segment, found " + num(g.count);
+      return where() + "count: expected 1 for a decode segment, found " + num(g.count);
     if (g.cached < 0 || g.cached > g.start)
-      return where + "cached: expected a value in [0, start=" + num(g.start) + "], found " +
+      return where() + "cached: expected a value in [0, start=" + num(g.start) + "], found " +
              num(g.cached);
     rows += g.count;
     if (rows > std::numeric_limits<int32_t>::max())
-      return where + "expected at most 2^31-1 rows in a step, found more";
-    bool& sampled = in_step_[g.request];
-    sampled = sampled || g.sample;
+      return where() + "expected at most 2^31-1 rows in a step, found more";
+    in_step_.emplace_back(g.request, g.sample);
   }
   const bool know_rows = !s.segments.empty();
+  // request -> has a sampling segment in this step
+  std::sort(in_step_.begin(), in_step_.end());
+  auto sampled_in_step = [&](uint64_t id) {
+    auto it = std::lower_bound(in_step_.begin(), in_step_.end(), std::make_pair(id, true));
+    return it != in_step_.end() && it->first == id;  // (id, true) sorts after (id, false)
+  };
 
   // Plans.
-  std::unordered_set<uint64_t> plan_sites;
+  if (std::string d = duplicate_site(s.plans, "plans"); !d.empty()) return at + d;
   for (size_t i = 0; i < s.plans.size(); ++i) {
-    if (!plan_sites.insert(s.plans[i].site).second)
-      return at + idx("plans", i) + ": expected each site once, found site " +
-             unum(s.plans[i].site) + " twice";
     std::string e = check_plan(s.plans[i].plan);
     if (!e.empty()) return at + idx("plans", i) + " (site " + unum(s.plans[i].site) + "): " + e;
   }
 
   // Fingerprints.
-  std::unordered_set<uint64_t> sites;
+  if (std::string d = duplicate_site(s.rows, "rows"); !d.empty()) return at + d;
   for (size_t i = 0; i < s.rows.size(); ++i) {
     const SiteRows& r = s.rows[i];
-    const std::string where = at + idx("rows", i) + " (site " + unum(r.site) + "): ";
-    if (!sites.insert(r.site).second) return where + "expected each site once, found it twice";
-    if (r.cols < 0) return where + "cols: expected >= 0, found " + num(r.cols);
+    auto where = [&] {
+      return at + idx("rows", i) + " (site " + unum(r.site) + "): ";
+    };  // built only on failure
+    if (r.cols < 0) return where() + "cols: expected >= 0, found " + num(r.cols);
     if (!r.batch_rows.empty() && r.batch_rows.size() != r.rows.size())
-      return where + "batch_rows: expected " + unum(r.rows.size()) +
+      return where() + "batch_rows: expected " + unum(r.rows.size()) +
              " entries (one per fingerprint), found " + unum(r.batch_rows.size());
     if (know_rows) {
       if (r.batch_rows.empty() && static_cast<int64_t>(r.rows.size()) > rows)
-        return where + "expected at most " + num(rows) + " fingerprints (the step's rows), found " +
-               unum(r.rows.size());
+        return where() + "expected at most " + num(rows) +
+               " fingerprints (the step's rows), found " + unum(r.rows.size());
       for (size_t k = 0; k < r.batch_rows.size(); ++k)
         if (r.batch_rows[k] < 0 || r.batch_rows[k] >= rows)
-          return where + idx("batch_rows", k) + ": expected a batch row in [0, " + num(rows) +
+          return where() + idx("batch_rows", k) + ": expected a batch row in [0, " + num(rows) +
                  "), found " + num(r.batch_rows[k]);
     }
   }
 
   // Routing.
-  std::unordered_set<int32_t> layers;
+  {
+    std::vector<uint64_t>& layers = scratch_ids_;
+    layers.clear();
+    for (const Routing& r : s.routing)
+      layers.push_back(static_cast<uint64_t>(static_cast<uint32_t>(r.layer)));
+    std::sort(layers.begin(), layers.end());
+    for (size_t i = 1; i < layers.size(); ++i)
+      if (layers[i] == layers[i - 1])
+        return at + "routing: expected each layer once, found layer " +
+               num(static_cast<int32_t>(static_cast<uint32_t>(layers[i]))) + " twice";
+  }
   for (size_t i = 0; i < s.routing.size(); ++i) {
     const Routing& r = s.routing[i];
-    const std::string where = at + idx("routing", i) + " (layer " + num(r.layer) + "): ";
-    if (!layers.insert(r.layer).second) return where + "expected each layer once, found it twice";
-    if (r.k < 1) return where + "k: expected >= 1, found " + num(r.k);
+    auto where = [&] {
+      return at + idx("routing", i) + " (layer " + num(r.layer) + "): ";
+    };  // built only on failure
+    if (r.k < 1) return where() + "k: expected >= 1, found " + num(r.k);
     if (r.experts_total < 1 || r.experts_total > 32767)
-      return where + "experts_total: expected a value in [1, 32767], found " + num(r.experts_total);
-    if (r.rows < 0) return where + "rows: expected >= 0, found " + num(r.rows);
+      return where() + "experts_total: expected a value in [1, 32767], found " +
+             num(r.experts_total);
+    if (r.rows < 0) return where() + "rows: expected >= 0, found " + num(r.rows);
     if (know_rows && r.rows != rows)
-      return where + "rows: expected " + num(rows) + " (the step's rows), found " + num(r.rows);
-    if (r.capacity < 0) return where + "capacity: expected >= 0, found " + num(r.capacity);
+      return where() + "rows: expected " + num(rows) + " (the step's rows), found " + num(r.rows);
+    if (r.capacity < 0) return where() + "capacity: expected >= 0, found " + num(r.capacity);
     const uint64_t n = static_cast<uint64_t>(r.rows) * static_cast<uint64_t>(r.k);
     const char* names[4] = {"chosen", "experts", "gates", "outcome"};
     const size_t sizes[4] = {r.chosen.size(), r.experts.size(), r.gates.size(), r.outcome.size()};
     for (int a = 0; a < 4; ++a)
       if (sizes[a] != n)
-        return where + names[a] + ": expected rows x k = " + unum(n) + " entries, found " +
+        return where() + names[a] + ": expected rows x k = " + unum(n) + " entries, found " +
                unum(sizes[a]);
     for (uint64_t k = 0; k < n; ++k) {
       if (r.chosen[k] < 0 || r.chosen[k] >= r.experts_total)
-        return where + idx("chosen", k) + ": expected an expert in [0, " + num(r.experts_total) +
+        return where() + idx("chosen", k) + ": expected an expert in [0, " + num(r.experts_total) +
                "), found " + num(r.chosen[k]);
       if (r.experts[k] < -1 || r.experts[k] >= r.experts_total)
-        return where + idx("experts", k) + ": expected -1 or an expert in [0, " +
+        return where() + idx("experts", k) + ": expected -1 or an expert in [0, " +
                num(r.experts_total) + "), found " + num(r.experts[k]);
       const uint8_t o = static_cast<uint8_t>(r.outcome[k]);
       if (o > 2)
-        return where + idx("outcome", k) + ": expected 0..2 (kept, rerouted, dropped), found " +
+        return where() + idx("outcome", k) + ": expected 0..2 (kept, rerouted, dropped), found " +
                num(o);
       if ((r.outcome[k] == RouteOutcome::kDropped) != (r.experts[k] == -1))
-        return where + idx("outcome", k) +
+        return where() + idx("outcome", k) +
                ": expected 'dropped' exactly where experts is -1, found " +
                route_outcome_name(r.outcome[k]) + " with expert " + num(r.experts[k]);
     }
@@ -187,65 +231,72 @@ std::string SemanticChecker::check_step(const StepRecord& s, int64_t blob_count)
   // Logits.
   for (size_t i = 0; i < s.logits.size(); ++i) {
     const LogitsRecord& l = s.logits[i];
-    const std::string where = at + idx("logits", i) + " (request " + unum(l.request) + "): ";
-    if (!live(l.request)) return where + "expected a running request, " + why_not_live(l.request);
+    auto where = [&] {
+      return at + idx("logits", i) + " (request " + unum(l.request) + "): ";
+    };  // built only on failure
+    if (!live(l.request)) return where() + "expected a running request, " + why_not_live(l.request);
     if (know_rows) {
-      auto it = in_step_.find(l.request);
-      if (it == in_step_.end() || !it->second)
-        return where + "expected a request with a sampling segment in this step, found none";
+      if (!sampled_in_step(l.request))
+        return where() + "expected a request with a sampling segment in this step, found none";
       if (l.batch_row < 0 || l.batch_row >= rows)
-        return where + "batch_row: expected a value in [0, " + num(rows) + "), found " +
+        return where() + "batch_row: expected a value in [0, " + num(rows) + "), found " +
                num(l.batch_row);
     }
-    if (l.vocab < 1) return where + "vocab: expected >= 1, found " + num(l.vocab);
+    if (l.vocab < 1) return where() + "vocab: expected >= 1, found " + num(l.vocab);
     if (l.top_ids.size() != l.top_values.size())
-      return where + "top_values: expected " + unum(l.top_ids.size()) +
+      return where() + "top_values: expected " + unum(l.top_ids.size()) +
              " entries (as top_ids), found " + unum(l.top_values.size());
     if (l.top_ids.size() > static_cast<size_t>(l.vocab))
-      return where + "top_ids: expected at most vocab = " + num(l.vocab) + " entries, found " +
+      return where() + "top_ids: expected at most vocab = " + num(l.vocab) + " entries, found " +
              unum(l.top_ids.size());
     for (size_t k = 0; k < l.top_ids.size(); ++k) {
       if (l.top_ids[k] < 0 || l.top_ids[k] >= l.vocab)
-        return where + idx("top_ids", k) + ": expected a token id in [0, " + num(l.vocab) +
+        return where() + idx("top_ids", k) + ": expected a token id in [0, " + num(l.vocab) +
                "), found " + num(l.top_ids[k]);
       if (k > 0 && l.top_values[k] > l.top_values[k - 1])
-        return where + idx("top_values", k) + ": expected values in descending order, found " +
+        return where() + idx("top_values", k) + ": expected values in descending order, found " +
                std::to_string(l.top_values[k]) + " after " + std::to_string(l.top_values[k - 1]);
     }
     if (l.blob < -1 || l.blob >= blob_count)
-      return where + "blob: expected -1 or a blob id in [0, " + num(blob_count) + "), found " +
+      return where() + "blob: expected -1 or a blob id in [0, " + num(blob_count) + "), found " +
              num(l.blob);
   }
 
   // Tokens.
   for (size_t i = 0; i < s.tokens.size(); ++i) {
     const TokenRecord& t = s.tokens[i];
-    const std::string where = at + idx("tokens", i) + ": ";
-    if (!live(t.request)) return where + "expected a running request, " + why_not_live(t.request);
+    auto where = [&] { return at + idx("tokens", i) + ": "; };  // built only on failure
+    if (!live(t.request)) return where() + "expected a running request, " + why_not_live(t.request);
     if (know_rows) {
-      auto it = in_step_.find(t.request);
-      if (it == in_step_.end() || !it->second)
-        return where + "expected request " + unum(t.request) +
+      if (!sampled_in_step(t.request))
+        return where() + "expected request " + unum(t.request) +
                " to have a sampling segment in this step, found none";
     }
-    if (t.token < 0) return where + "token: expected a token id >= 0, found " + num(t.token);
+    if (t.token < 0) return where() + "token: expected a token id >= 0, found " + num(t.token);
     if (!(t.uniform == -1.0 || (t.uniform >= 0.0 && t.uniform < 1.0)))
-      return where + "uniform: expected -1 (greedy) or a draw in [0, 1), found " +
+      return where() + "uniform: expected -1 (greedy) or a draw in [0, 1), found " +
              std::to_string(t.uniform);
   }
 
   // Finishes.
-  std::unordered_set<uint64_t> finishing;
+  {
+    std::vector<uint64_t>& finishing = scratch_ids_;
+    finishing.clear();
+    for (const FinishRecord& f : s.finishes) finishing.push_back(f.request);
+    std::sort(finishing.begin(), finishing.end());
+    for (size_t i = 1; i < finishing.size(); ++i)
+      if (finishing[i] == finishing[i - 1])
+        return at + "finishes: expected one finish per request, found request " +
+               unum(finishing[i]) + " twice";
+  }
   for (size_t i = 0; i < s.finishes.size(); ++i) {
     const FinishRecord& f = s.finishes[i];
-    const std::string where = at + idx("finishes", i) + ": ";
-    if (!live(f.request)) return where + "expected a running request, " + why_not_live(f.request);
-    if (!finishing.insert(f.request).second)
-      return where + "expected one finish per request, found request " + unum(f.request) + " twice";
+    auto where = [&] { return at + idx("finishes", i) + ": "; };  // built only on failure
+    if (!live(f.request)) return where() + "expected a running request, " + why_not_live(f.request);
     if (static_cast<uint8_t>(f.reason) > 2)
-      return where + "reason: expected 0..2 (eos, max_tokens, aborted), found " +
+      return where() + "reason: expected 0..2 (eos, max_tokens, aborted), found " +
              num(static_cast<uint8_t>(f.reason));
-    if (f.generated < 0) return where + "generated: expected >= 0, found " + num(f.generated);
+    if (f.generated < 0) return where() + "generated: expected >= 0, found " + num(f.generated);
   }
 
   // Valid: apply.

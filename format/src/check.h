@@ -40,8 +40,13 @@ class SemanticChecker {
   int64_t last_step_ = -1;
   int64_t steps_ = 0;
   int64_t tokens_ = 0;
-  // scratch
-  std::unordered_map<uint64_t, bool> in_step_;  // request -> has a sampling segment
+  template <typename T>
+  std::string duplicate_site(const std::vector<T>& v, const char* list);
+
+  // scratch, reused from step to step
+  std::vector<std::pair<uint64_t, bool>> in_step_;  // (request, sampling) per segment, sorted
+  std::vector<uint64_t> arriving_;
+  std::vector<uint64_t> scratch_ids_;
 };
 
 }  // namespace llmrr::trace::detail

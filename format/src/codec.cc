@@ -136,7 +136,7 @@ ZstdCompressor::~ZstdCompressor() {
   ZSTD_freeCCtx(ctx_);
 }
 
-bool ZstdCompressor::compress(const uint8_t* src, size_t n, int level, std::vector<uint8_t>* out,
+bool ZstdCompressor::compress(const uint8_t* src, size_t n, int level, Buffer* out,
                               std::string* error) {
   if (ctx_ == nullptr) {
     *error = "zstd: out of memory creating a compression context";

@@ -289,7 +289,7 @@ void ChunkBuilder::add_step(const StepRecord& s, KindCounters* kc) {
   if (!s.finishes.empty()) b.add_finishes(finishes);
   steps_.push_back(b.Finish());
   take(&kc->step_overhead);
-  if (first_step_ < 0 && steps_.size() == 1) first_step_ = s.step;
+  if (steps_.size() == 1) first_step_ = s.step;
   last_step_ = s.step;
 }
 

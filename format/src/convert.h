@@ -49,6 +49,8 @@ class ChunkBuilder {
   int64_t last_step() const { return last_step_; }
   uint64_t plan_cost() const { return plan_cost_; }
   uint64_t arrival_cost() const { return arrival_cost_; }
+  // Sites with a plan after the last step (a next step's delta may remove all of them).
+  size_t assignment_size() const { return assignment_.size(); }
   // Finishes the chunk into *out and resets the builder for the next chunk.
   void finish(std::vector<uint8_t>* out);
 

@@ -24,11 +24,6 @@ using detail::ZstdDecompressor;
 
 namespace {
 
-// Decoding a chunk resolves each step's full plan assignment; a chunk may ask for at most
-// this many resolved (step, site) entries in total (the writer closes chunks before it),
-// so that no input can make decoding quadratic.
-constexpr uint64_t kMaxResolvedPlansPerChunk = uint64_t{1} << 23;
-
 std::string hex64(uint64_t v) {
   char b[32];
   std::snprintf(b, sizeof b, "0x%016llx", static_cast<unsigned long long>(v));
@@ -71,8 +66,8 @@ bool verify_flatbuffer(const uint8_t* p, size_t n) {
 
 // Scratch one reading thread needs.
 struct IoBuffers {
-  std::vector<uint8_t> stored;
-  std::vector<uint8_t> scratch;
+  detail::Buffer stored;
+  detail::Buffer scratch;
   ZstdDecompressor dz;
 };
 
@@ -164,7 +159,7 @@ class TraceReader::Impl {
   }
 
   // Reads, checks and decodes frame i into *raw (the decoded payload).
-  Status load_frame(size_t i, IoBuffers& io_, std::vector<uint8_t>* raw) const {
+  Status load_frame(size_t i, IoBuffers& io_, detail::Buffer* raw) const {
     const FrameInfo& f = frames[i];
     const std::string w = where(i, f);
     detail::FrameHeader h;
@@ -230,7 +225,7 @@ class TraceReader::Impl {
   }
 
   Status decode_payload(const std::string& w, const FrameInfo& f, IoBuffers& io_,
-                        std::vector<uint8_t>* raw) const {
+                        detail::Buffer* raw) const {
     const uint8_t* s = io_.stored.data();
     const size_t n = io_.stored.size();
     if (f.kind != FrameKind::kTensorBlob) {
@@ -272,7 +267,7 @@ class TraceReader::Impl {
   }
 
   // Verifies a step chunk payload and prepares `dec`; checks the steps against the index.
-  Status open_chunk(size_t i, const std::vector<uint8_t>& raw, ChunkDecoder* dec) const {
+  Status open_chunk(size_t i, const detail::Buffer& raw, ChunkDecoder* dec) const {
     const FrameInfo& f = frames[i];
     const std::string w = where(i, f);
     if (!verify_flatbuffer<fb::StepChunk>(raw.data(), raw.size()))
@@ -311,7 +306,7 @@ struct StepCursor::State {
   bool done = false;
   Status error;
   IoBuffers io;
-  std::vector<uint8_t> raw;
+  detail::Buffer raw;
   ChunkDecoder dec;
   size_t step_i = 0;
 };
@@ -391,7 +386,8 @@ Status read_run_header(TraceReader::Impl& r);
 
 Status open_impl(TraceReader::Impl& r, const ReaderOptions& opt) {
   const std::string& p = r.path;
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int e = errno;
     if (e == ENOENT)
@@ -503,7 +499,7 @@ Status read_footer(TraceReader::Impl& r, uint64_t off) {
     return make_error(ErrorCode::kUnknownKind, p + ": footer at offset " + std::to_string(off) +
                                                    ": expected codec 0..2, found " +
                                                    std::to_string(static_cast<int>(h.codec)));
-  std::vector<uint8_t> raw;
+  detail::Buffer raw;
   const std::string w = p + ": footer (frame " + std::to_string(h.index) + ") at offset " +
                         std::to_string(off) + ": ";
   if (h.raw_size > kMaxFrameRawBytes || h.stored_size > kMaxFrameStoredBytes)
@@ -545,7 +541,7 @@ Status scan_frames(TraceReader::Impl& r) {
   const std::string& p = r.path;
   uint64_t off = kFileHeaderBytes;
   r.frames.clear();
-  std::vector<uint8_t> raw;
+  detail::Buffer raw;
   ChunkDecoder dec;
   StepRecord rec;
   std::unordered_map<uint64_t, size_t> by_id;
@@ -782,7 +778,7 @@ Status read_run_header(TraceReader::Impl& r) {
         ErrorCode::kTruncated,
         r.path + ": offset 16: expected frame 0 (run header), found " +
             (r.size > kFileHeaderBytes ? "only a torn frame" : "the end of the file"));
-  std::vector<uint8_t> raw;
+  detail::Buffer raw;
   RETURN_IF_ERROR(r.load_frame(0, r.io, &raw));
   if (!verify_flatbuffer<fb::RunHeader>(raw.data(), raw.size()))
     return make_error(ErrorCode::kBadFlatbuffer,
@@ -916,8 +912,7 @@ Status TraceReader::read_step(int64_t step, StepRecord* out) {
 
 namespace {
 
-Status blob_frame(const TraceReader::Impl& r, int64_t id, std::vector<uint8_t>* raw,
-                  BlobInfo* info) {
+Status blob_frame(const TraceReader::Impl& r, int64_t id, detail::Buffer* raw, BlobInfo* info) {
   if (id < 0 || id >= static_cast<int64_t>(r.blobs.size()))
     return make_error(ErrorCode::kNotFound, r.path + ": expected a blob id in [0, " +
                                                 std::to_string(r.blobs.size()) + "), found " +
@@ -944,7 +939,7 @@ Status blob_frame(const TraceReader::Impl& r, int64_t id, std::vector<uint8_t>* 
 
 Result<BlobInfo> TraceReader::blob_info(int64_t id) const {
   return guarded(impl_->path, [&]() -> Result<BlobInfo> {
-    std::vector<uint8_t> raw;
+    detail::Buffer raw;
     BlobInfo info;
     RETURN_IF_ERROR(blob_frame(*impl_, id, &raw, &info));
     return info;
@@ -958,7 +953,7 @@ Status TraceReader::read_blob(int64_t id, std::vector<uint8_t>* out) const {
 Status TraceReader::read_blob(int64_t id, std::vector<uint8_t>* out, const void* reference,
                               size_t reference_bytes) const {
   return guarded(impl_->path, [&]() -> Status {
-    std::vector<uint8_t> raw;
+    detail::Buffer raw;
     BlobInfo info;
     RETURN_IF_ERROR(blob_frame(*impl_, id, &raw, &info));
     const size_t prefix = 8 + detail::load_u32(raw.data());
@@ -1010,7 +1005,7 @@ Status TraceReader::read_kernels(int64_t frame, std::vector<KernelRecord>* out) 
       return make_error(ErrorCode::kInvalidArgument,
                         r.path + ": expected the index of a kernel-records frame, found " +
                             std::to_string(frame));
-    std::vector<uint8_t> raw;
+    detail::Buffer raw;
     const size_t fi = static_cast<size_t>(frame);
     RETURN_IF_ERROR(r.load_frame(fi, r.io, &raw));
     if (!verify_flatbuffer<fb::KernelChunk>(raw.data(), raw.size()))
@@ -1030,7 +1025,10 @@ Status TraceReader::read_frame_payload(int64_t frame, std::vector<uint8_t>* out)
                                                          ": expected a frame index in [0, " +
                                                          std::to_string(impl_->frames.size()) +
                                                          "), found " + std::to_string(frame));
-    return impl_->load_frame(static_cast<size_t>(frame), impl_->io, out);
+    detail::Buffer raw;
+    RETURN_IF_ERROR(impl_->load_frame(static_cast<size_t>(frame), impl_->io, &raw));
+    out->assign(raw.begin(), raw.end());
+    return Status::Ok();
   });
 }
 
@@ -1045,17 +1043,19 @@ Status TraceReader::verify(VerifyReport* report) const {
     detail::SemanticChecker chk;
     const int64_t blob_total = static_cast<int64_t>(r.blobs.size());
     IoBuffers io;
-    std::vector<uint8_t> raw;
+    detail::Buffer raw;
     ChunkDecoder dec;
     StepRecord rec;
     int64_t blob_seen = 0;
     for (size_t i = 0; i < r.frames.size(); ++i) {
       const FrameInfo& f = r.frames[i];
-      if (!detail::known_kind(static_cast<uint8_t>(f.kind))) continue;  // newer minor, skipped
+      // Every frame's integrity is checked, including kinds of a newer minor version that
+      // this build cannot interpret (their payload is otherwise skipped).
       RETURN_IF_ERROR(r.load_frame(i, io, &raw));
       const std::string w = r.where(i, f);
       ++rep.frames;
       rep.raw_bytes += f.raw_size;
+      if (!detail::known_kind(static_cast<uint8_t>(f.kind))) continue;
       switch (f.kind) {
         case FrameKind::kRunHeader:
           if (!verify_flatbuffer<fb::RunHeader>(raw.data(), raw.size()))

@@ -113,7 +113,10 @@ class TraceWriter::Impl {
     std::string why = checker_.check_step(step, next_blob_id_);
     if (!why.empty())
       return make_error(ErrorCode::kInvalidArgument, path_ + ": append_step: " + why);
-    if (chunk_.steps() > 0 && chunk_.size() + bound > kMaxFrameRawBytes - kFrameSlack)
+    // In the same chunk the step's plan delta may also remove every site of the previous
+    // step (16 bytes each); a new chunk starts from a full assignment instead.
+    if (chunk_.steps() > 0 &&
+        chunk_.size() + bound + 16 * chunk_.assignment_size() > kMaxFrameRawBytes - kFrameSlack)
       RETURN_IF_ERROR(flush_chunk());
     chunk_.add_step(step, &counters_);
     ++pending_steps_;
@@ -309,6 +312,13 @@ class TraceWriter::Impl {
     job.kind = FrameKind::kStepChunk;
     job.first = chunk_.first_step();
     job.last = chunk_.last_step();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!pool_.empty()) {
+        job.raw = std::move(pool_.back());
+        pool_.pop_back();
+      }
+    }
     chunk_.finish(&job.raw);
     chunk_raw_ += job.raw.size();
     job.steps = pending_steps_;
@@ -350,7 +360,7 @@ class TraceWriter::Impl {
 
   void worker_loop() {
     detail::ZstdCompressor zstd;
-    std::vector<uint8_t> frame, scratch;
+    detail::Buffer frame, scratch;
     for (;;) {
       Job job;
       bool failed;
@@ -382,6 +392,11 @@ class TraceWriter::Impl {
         std::lock_guard<std::mutex> lk(mu_);
         in_flight_ -= job.cost;
         busy_ = false;
+        // Hand the payload buffer back for the next chunk (its capacity is what we keep).
+        if (job.kind == FrameKind::kStepChunk && pool_.size() < 4) {
+          job.raw.clear();
+          pool_.push_back(std::move(job.raw));
+        }
         if (!failed) {
           if (st.ok()) {
             frames_.push_back(info);
@@ -415,8 +430,8 @@ class TraceWriter::Impl {
   }
 
   // Encodes `job` as frame `index` into *frame (header + stored payload).
-  Status encode(const Job& job, uint32_t index, detail::ZstdCompressor& zstd,
-                std::vector<uint8_t>* frame, std::vector<uint8_t>* scratch, FrameInfo* info) {
+  Status encode(const Job& job, uint32_t index, detail::ZstdCompressor& zstd, detail::Buffer* frame,
+                detail::Buffer* scratch, FrameInfo* info) {
     frame->assign(kFrameHeaderBytes, 0);
     size_t prefix = 0;
     if (job.kind == FrameKind::kTensorBlob) {
@@ -469,7 +484,7 @@ class TraceWriter::Impl {
 
   // Appends a whole frame at the end of the file. On failure, cuts the file back to its
   // last whole frame so that it stays readable.
-  Status write_frame(const std::vector<uint8_t>& frame, FrameInfo& info) {
+  Status write_frame(const detail::Buffer& frame, FrameInfo& info) {
     uint64_t at;
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -559,7 +574,7 @@ class TraceWriter::Impl {
                             std::to_string(job.raw.size()) +
                             " bytes; the trace has no footer and reads by scanning");
     detail::ZstdCompressor zstd;
-    std::vector<uint8_t> frame, scratch;
+    detail::Buffer frame, scratch;
     FrameInfo info;
     RETURN_IF_ERROR(
         encode(job, static_cast<uint32_t>(frames_.size()), zstd, &frame, &scratch, &info));
@@ -604,6 +619,7 @@ class TraceWriter::Impl {
   uint64_t in_flight_ = 0;
   Status error_;
   std::vector<FrameInfo> frames_;
+  std::vector<std::vector<uint8_t>> pool_;  // step-chunk buffers to reuse
   uint64_t file_end_ = 0;
   WriterStats stats_;
   int64_t durable_steps_ = 0, durable_tokens_ = 0, durable_first_ = -1, durable_last_ = -1;

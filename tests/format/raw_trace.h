@@ -67,7 +67,9 @@ class RawTrace {
     } else {
       std::string err;
       detail::ZstdCompressor z;
-      z.compress(raw.data(), raw.size(), 3, &stored, &err);
+      detail::Buffer out;
+      z.compress(raw.data(), raw.size(), 3, &out, &err);
+      stored.assign(out.begin(), out.end());
     }
     detail::FrameHeader h;
     h.kind = kind;
@@ -170,7 +172,9 @@ class RawTrace {
     std::vector<uint8_t> stored = prefix;
     std::string err;
     detail::ZstdCompressor z;
-    z.compress(shuffled.data(), shuffled.size(), 3, &stored, &err);
+    detail::Buffer out;
+    z.compress(shuffled.data(), shuffled.size(), 3, &out, &err);
+    stored.insert(stored.end(), out.begin(), out.end());
     std::vector<uint8_t> raw = prefix;
     raw.insert(raw.end(), data.begin(), data.end());
     add_frame(FrameKind::kTensorBlob, raw, Codec::kShuffleZstd, lies, &stored, m.id, m.id);
