@@ -338,6 +338,8 @@ TEST(CApi, BadCallsAreRefusedAndRecordingGoesOn) {
   EXPECT_EQ(llmrr_recorder_close(nullptr), LLMRR_OK);
   EXPECT_STREQ(llmrr_error_name(LLMRR_E_INVALID_ARGUMENT), "invalid_argument");
   EXPECT_STREQ(llmrr_error_name(LLMRR_E_IO), "io");
+  EXPECT_STREQ(llmrr_error_name(12345), "unknown");
+  EXPECT_STREQ(llmrr_error_name(-1), "unknown");
   EXPECT_EQ(llmrr_recorder_abi_version(), LLMRR_RECORDER_ABI_VERSION);
 
   const std::string path = temp_path("misuse.trace");

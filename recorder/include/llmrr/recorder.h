@@ -226,6 +226,8 @@ LLMRR_API int llmrr_recorder_record_rows(llmrr_recorder* recorder, const char* s
                                          const void* data, int32_t dtype, int64_t rows,
                                          int64_t cols, int64_t ld, const int32_t* batch_rows);
 
+/* The routing of one MoE layer for every row of the step (routing->rows must equal the
+ * step's rows; each layer once per step). */
 LLMRR_API int llmrr_recorder_record_routing(llmrr_recorder* recorder, const llmrr_routing* routing);
 
 /* The logits of the row at `position` of `request` (batch row `batch_row`), predicting
