@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string_view>
+#include <utility>
 
 #define LLMRR_COMMAND(name) int run_##name##_command(int argc, char** argv);
 #include "commands.inc"
@@ -20,6 +21,23 @@ constexpr Command kCommands[] = {
 #undef LLMRR_COMMAND
 };
 
+// One line per subcommand for `llmrr --help`; a command without a line is still listed.
+const char* describe(std::string_view name) {
+  static constexpr std::pair<std::string_view, const char*> kLines[] = {
+      {"run", "generate text with the engine (production or invariant policy, --load N)"},
+      {"record", "run the engine and record every step into a trace"},
+      {"replay", "re-execute a trace bit for bit and check everything it recorded"},
+      {"diff", "find where two runs split: first token, first layer and op, and why"},
+      {"inspect", "summarize a trace: header, requests, steps, sizes per record kind"},
+      {"dump", "print a trace's records as text or JSON lines"},
+      {"verify", "check a trace's checksums, schema and semantics"},
+  };
+  for (const auto& [n, line] : kLines) {
+    if (n == name) return line;
+  }
+  return "";
+}
+
 void usage(std::FILE* out) {
   std::fprintf(out,
                "llmrr: record LLM inference, replay it bit for bit, and find where two runs split\n"
@@ -27,7 +45,7 @@ void usage(std::FILE* out) {
                "usage: llmrr <command> [options]   (llmrr <command> --help for each)\n"
                "\n"
                "commands:\n");
-  for (const Command& c : kCommands) std::fprintf(out, "  %s\n", c.name);
+  for (const Command& c : kCommands) std::fprintf(out, "  %-9s %s\n", c.name, describe(c.name));
   std::fprintf(out,
                "\n"
                "exit codes: 0 ok / same, 1 runs differ, 2 bad input or usage, 3 internal error\n");
