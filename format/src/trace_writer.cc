@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
+#include <climits>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -194,8 +197,9 @@ class TraceWriter::Impl {
                         where + "expected at most " +
                             std::to_string(kMaxFrameRawBytes - 64 - job.meta.size() - 16) +
                             " bytes (one 16 MiB frame), found " + std::to_string(b.bytes));
-    job.raw.resize(b.bytes);
-    if (b.bytes > 0) std::memcpy(job.raw.data(), b.data, b.bytes);
+    job.raw = take_buffer();
+    const uint8_t* src = static_cast<const uint8_t*>(b.data);
+    job.raw.assign(src, src + b.bytes);  // assign, not resize: no zero-fill first
     if (m.xor_coded) {
       const uint8_t* ref = static_cast<const uint8_t*>(b.xor_reference);
       m.reference_hash = detail::xxh3(ref, b.bytes);
@@ -306,19 +310,21 @@ class TraceWriter::Impl {
     return Status::Ok();
   }
 
+  std::vector<uint8_t> take_buffer() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (pool_.empty()) return {};
+    std::vector<uint8_t> b = std::move(pool_.back());
+    pool_.pop_back();
+    return b;
+  }
+
   Status flush_chunk() {
     if (chunk_.steps() == 0) return Status::Ok();
     Job job;
     job.kind = FrameKind::kStepChunk;
     job.first = chunk_.first_step();
     job.last = chunk_.last_step();
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!pool_.empty()) {
-        job.raw = std::move(pool_.back());
-        pool_.pop_back();
-      }
-    }
+    job.raw = take_buffer();
     chunk_.finish(&job.raw);
     chunk_raw_ += job.raw.size();
     job.steps = pending_steps_;
@@ -358,29 +364,44 @@ class TraceWriter::Impl {
     if (worker_.joinable()) worker_.join();
   }
 
+  // Takes the queued jobs in batches (many small blobs cost one lock round trip and one
+  // pwritev instead of one each), encodes them and appends them to the file in order.
   void worker_loop() {
+    constexpr size_t kMaxBatchJobs = 64;
+    constexpr uint64_t kMaxBatchRaw = 4u << 20;
     detail::ZstdCompressor zstd;
-    detail::Buffer frame, scratch;
+    std::vector<detail::Buffer> encoded(kMaxBatchJobs);
+    detail::Buffer scratch;
+    std::vector<Job> batch;
+    std::vector<FrameInfo> infos;
     for (;;) {
-      Job job;
       bool failed;
       uint32_t index;
+      batch.clear();
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return !queue_.empty() || stop_; });
         if (queue_.empty()) return;
-        job = std::move(queue_.front());
-        queue_.pop_front();
+        uint64_t raw = 0;
+        while (!queue_.empty() && batch.size() < kMaxBatchJobs &&
+               (batch.empty() || raw + queue_.front().cost <= kMaxBatchRaw)) {
+          raw += queue_.front().cost;
+          batch.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
         busy_ = true;
         failed = !error_.ok();
         index = static_cast<uint32_t>(frames_.size());
       }
       Status st = Status::Ok();
-      FrameInfo info;
+      size_t written = 0;  // jobs whose frames are whole on disk
+      infos.assign(batch.size(), FrameInfo());
       if (!failed) {
         try {
-          st = encode(job, index, zstd, &frame, &scratch, &info);
-          if (st.ok()) st = write_frame(frame, info);
+          for (size_t k = 0; k < batch.size() && st.ok(); ++k)
+            st = encode(batch[k], index + static_cast<uint32_t>(k), zstd, &encoded[k], &scratch,
+                        &infos[k]);
+          if (st.ok()) st = write_frames(encoded, infos, index, &written);
         } catch (const std::bad_alloc&) {
           st = make_error(ErrorCode::kResourceLimit,
                           path_ + ": out of memory encoding frame " + std::to_string(index));
@@ -390,43 +411,108 @@ class TraceWriter::Impl {
       }
       {
         std::lock_guard<std::mutex> lk(mu_);
-        in_flight_ -= job.cost;
         busy_ = false;
-        // Hand the payload buffer back for the next chunk (its capacity is what we keep).
-        if (job.kind == FrameKind::kStepChunk && pool_.size() < 4) {
-          job.raw.clear();
-          pool_.push_back(std::move(job.raw));
-        }
-        if (!failed) {
-          if (st.ok()) {
-            frames_.push_back(info);
-            ++stats_.frames;
-            stats_.raw_bytes += info.raw_size;
-            if (job.kind == FrameKind::kStepChunk) {
-              durable_steps_ += job.steps;
-              durable_tokens_ += job.tokens;
-              if (durable_first_ < 0) durable_first_ = job.first;
-              durable_last_ = job.last;
-              for (RequestSummary& r : job.arrived) {
-                durable_index_[r.id] = durable_requests_.size();
-                durable_requests_.push_back(std::move(r));
-              }
-              for (const RequestSummary& f : job.finished) {
-                auto it = durable_index_.find(f.id);
-                if (it == durable_index_.end()) continue;
-                RequestSummary& r = durable_requests_[it->second];
-                r.finish_step = f.finish_step;
-                r.generated = f.generated;
-                r.reason = f.reason;
-              }
-            }
-          } else if (error_.ok()) {
-            error_ = st;
+        for (size_t k = 0; k < batch.size(); ++k) {
+          Job& job = batch[k];
+          in_flight_ -= job.cost;
+          if (!failed && k < written) commit(job, infos[k]);
+          // Hand large payload buffers back for reuse (their capacity is what we keep): fresh
+          // megabyte allocations cost page faults on every frame.
+          if (job.raw.capacity() >= (64u << 10) && pool_.size() < 8) {
+            job.raw.clear();
+            pool_.push_back(std::move(job.raw));
           }
         }
+        if (!failed && !st.ok() && error_.ok()) error_ = st;
       }
       cv_.notify_all();
     }
+  }
+
+  // Records a frame that is whole on disk (under mu_).
+  void commit(Job& job, const FrameInfo& info) {
+    frames_.push_back(info);
+    ++stats_.frames;
+    stats_.raw_bytes += info.raw_size;
+    if (job.kind != FrameKind::kStepChunk) return;
+    durable_steps_ += job.steps;
+    durable_tokens_ += job.tokens;
+    if (durable_first_ < 0) durable_first_ = job.first;
+    durable_last_ = job.last;
+    for (RequestSummary& r : job.arrived) {
+      durable_index_[r.id] = durable_requests_.size();
+      durable_requests_.push_back(std::move(r));
+    }
+    for (const RequestSummary& f : job.finished) {
+      auto it = durable_index_.find(f.id);
+      if (it == durable_index_.end()) continue;
+      RequestSummary& r = durable_requests_[it->second];
+      r.finish_step = f.finish_step;
+      r.generated = f.generated;
+      r.reason = f.reason;
+    }
+  }
+
+  // Appends encoded[0..infos.size()) at the end of the file with as few syscalls as the
+  // kernel allows, setting each frame's offset. On failure, cuts the file back to the end
+  // of its last whole frame (so it stays readable) and sets *written to the frames kept.
+  Status write_frames(const std::vector<detail::Buffer>& encoded, std::vector<FrameInfo>& infos,
+                      uint32_t first_index, size_t* written) {
+    uint64_t at;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      at = file_end_;
+    }
+    const size_t n = infos.size();
+    std::vector<struct iovec> iov(n);
+    uint64_t total = 0;
+    for (size_t k = 0; k < n; ++k) {
+      iov[k].iov_base = const_cast<uint8_t*>(encoded[k].data());
+      iov[k].iov_len = encoded[k].size();
+      infos[k].offset = at + total;
+      total += encoded[k].size();
+    }
+    uint64_t done = 0;
+    size_t first = 0;  // first iovec not fully written
+    while (done < total) {
+      const int cnt = static_cast<int>(std::min<size_t>(n - first, IOV_MAX));
+      ssize_t w = ::pwritev(fd_, iov.data() + first, cnt, static_cast<off_t>(at + done));
+      if (w <= 0) {
+        const int e = w < 0 ? errno : 0;
+        if (w < 0 && e == EINTR) continue;
+        // Keep the frames that made it whole; cut the torn one.
+        size_t whole = 0;
+        uint64_t end = at;
+        while (whole < n && end + encoded[whole].size() <= at + done)
+          end += encoded[whole++].size();
+        if (::ftruncate(fd_, static_cast<off_t>(end)) != 0) { /* the reader drops a torn frame */
+        }
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          file_end_ = end;
+        }
+        *written = whole;
+        const size_t bad = std::min(whole, n - 1);
+        return make_error(ErrorCode::kIo,
+                          path_ + ": writing frame " + std::to_string(first_index + bad) + " (" +
+                              frame_kind_name(infos[bad].kind) + ", " +
+                              std::to_string(encoded[bad].size()) + " bytes) at offset " +
+                              std::to_string(at + done) + ": " +
+                              (e ? errno_text(e) : std::string("the device accepted no bytes")));
+      }
+      done += static_cast<uint64_t>(w);
+      // Advance past fully written iovecs; trim a partially written one.
+      size_t left = static_cast<size_t>(w);
+      while (first < n && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+      if (first < n && left > 0) {
+        iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + left;
+        iov[first].iov_len -= left;
+      }
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    file_end_ = at + total;
+    *written = n;
+    return Status::Ok();
   }
 
   // Encodes `job` as frame `index` into *frame (header + stored payload).
@@ -480,34 +566,6 @@ class TraceWriter::Impl {
     info->first = job.first;
     info->last = job.last;
     return Status::Ok();
-  }
-
-  // Appends a whole frame at the end of the file. On failure, cuts the file back to its
-  // last whole frame so that it stays readable.
-  Status write_frame(const detail::Buffer& frame, FrameInfo& info) {
-    uint64_t at;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      at = file_end_;
-    }
-    const std::string what = std::string("writing frame ") + std::to_string(frames_count()) + " (" +
-                             frame_kind_name(info.kind) + ", " + std::to_string(frame.size()) +
-                             " bytes)";
-    Status st = write_at(frame.data(), frame.size(), at, what.c_str());
-    if (!st.ok()) {
-      if (::ftruncate(fd_, static_cast<off_t>(at)) != 0) { /* the reader drops a torn frame */
-      }
-      return st;
-    }
-    info.offset = at;
-    std::lock_guard<std::mutex> lk(mu_);
-    file_end_ = at + frame.size();
-    return Status::Ok();
-  }
-
-  size_t frames_count() {
-    std::lock_guard<std::mutex> lk(mu_);
-    return frames_.size();
   }
 
   Status write_at(const uint8_t* p, size_t n, uint64_t at, const char* what) {
@@ -619,7 +677,7 @@ class TraceWriter::Impl {
   uint64_t in_flight_ = 0;
   Status error_;
   std::vector<FrameInfo> frames_;
-  std::vector<std::vector<uint8_t>> pool_;  // step-chunk buffers to reuse
+  std::vector<std::vector<uint8_t>> pool_;  // payload buffers to reuse
   uint64_t file_end_ = 0;
   WriterStats stats_;
   int64_t durable_steps_ = 0, durable_tokens_ = 0, durable_first_ = -1, durable_last_ = -1;
