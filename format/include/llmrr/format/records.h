@@ -225,8 +225,18 @@ struct FinishRecord {
 // step whose plans equal the previous step's costs no plan bytes); the reader always
 // returns the step's full assignment. Lists keep the order the caller gave, except
 // `plans`, which comes back sorted by site.
+//
+// What the writer checks (and verify() checks again), so a recorder knows what it may
+// send: sites unique within `plans` and within `rows`; plans well formed (splits >= 1,
+// k_tile a multiple of 16, arrival only for gemm/combine and a permutation for gemm);
+// segments, logits, tokens and finishes name requests that arrived (in this step or
+// before) and have not finished in an earlier step; when `segments` is non-empty, batch
+// rows are in range, routing covers every row, and logits/tokens belong to a segment
+// with `sample` set; routing arrays hold rows x k entries with experts in range and
+// 'dropped' exactly where the used expert is -1; logits' top values descend and their
+// blob, if any, was appended before; uniform draws are -1 or in [0, 1).
 struct StepRecord {
-  int64_t step = 0;
+  int64_t step = 0;  // >= 0, strictly increasing through a trace (gaps allowed)
   std::vector<RequestRecord> arrivals;
   std::vector<Segment> segments;
   std::vector<SitePlan> plans;  // sites unique
