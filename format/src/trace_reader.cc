@@ -98,6 +98,9 @@ class TraceReader::Impl {
   FooterFields footer;
 
   mutable IoBuffers io;
+  // read_step's last decoded chunk.
+  detail::Buffer cache_raw;
+  int64_t cache_frame = -1;
 
   std::string where(size_t i, const FrameInfo& f) const {
     return path + ": frame " + std::to_string(i) + " (" + kind_text(f.kind) + ") at offset " +
@@ -898,15 +901,34 @@ StepCursor TraceReader::steps(int64_t first, int64_t last) const {
 
 Status TraceReader::read_step(int64_t step, StepRecord* out) {
   return guarded(impl_->path, [&]() -> Status {
-    StepCursor c = steps(step, step);
-    ASSIGN_OR_RETURN(bool got, c.next(out));
-    if (!got)
+    Impl& r = *impl_;
+    auto not_found = [&] {
       return make_error(ErrorCode::kNotFound,
-                        impl_->path + ": expected step " + std::to_string(step) +
-                            ", found no such step (steps " + std::to_string(impl_->first) + ".." +
-                            std::to_string(impl_->last) + ", " + std::to_string(impl_->steps) +
-                            " recorded)");
-    return Status::Ok();
+                        r.path + ": expected step " + std::to_string(step) +
+                            ", found no such step (steps " + std::to_string(r.first) + ".." +
+                            std::to_string(r.last) + ", " + std::to_string(r.steps) + " recorded)");
+    };
+    // The chunk whose range holds `step`; the last decoded chunk is kept, so reading
+    // neighbouring steps does not decompress the same frame again.
+    auto it = std::lower_bound(r.chunks.begin(), r.chunks.end(), step,
+                               [&](size_t fi, int64_t s) { return r.frames[fi].last < s; });
+    if (it == r.chunks.end() || r.frames[*it].first > step) return not_found();
+    const size_t fi = *it;
+    if (r.cache_frame != static_cast<int64_t>(fi)) {
+      r.cache_frame = -1;
+      RETURN_IF_ERROR(r.load_frame(fi, r.io, &r.cache_raw));
+      r.cache_frame = static_cast<int64_t>(fi);
+    }
+    ChunkDecoder dec;
+    RETURN_IF_ERROR(r.open_chunk(fi, r.cache_raw, &dec));
+    for (size_t k = 0; k < dec.size(); ++k) {
+      const int64_t n = dec.step_number(k);
+      if (n > step) break;
+      std::string e = dec.decode(k, out, /*skip_payload=*/n != step);
+      if (!e.empty()) return make_error(ErrorCode::kSemantic, r.where(fi, r.frames[fi]) + e);
+      if (n == step) return Status::Ok();
+    }
+    return not_found();
   });
 }
 

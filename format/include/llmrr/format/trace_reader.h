@@ -121,7 +121,9 @@ class TraceReader {
   // Raw bytes per record kind (from the footer; empty for a trace without one).
   const std::vector<KindBytes>& kind_bytes() const;
 
-  // Random access: the step numbered `step` (kNotFound when the trace has none).
+  // Random access: the step numbered `step` (kNotFound when the trace has none). Keeps the
+  // last decoded chunk, so nearby steps are cheap; to visit many steps in order, a
+  // StepCursor is cheaper still.
   Status read_step(int64_t step, StepRecord* out);
 
   // Sequential iteration over the steps numbered in [first, last].
