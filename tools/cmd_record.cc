@@ -39,34 +39,6 @@ int usage_error(const std::string& what) {
   return 2;
 }
 
-// Streams the target's text to stdout as its tokens are sampled (as `llmrr run` does).
-class TextStream : public Observer {
- public:
-  TextStream(const Tokenizer* tok, RequestId target, int32_t eos)
-      : tok_(tok), target_(target), eos_(eos) {}
-  void on_token(const TokenEvent& t) override {
-    if (t.request != target_ || t.token == eos_) return;
-    ids_.push_back(t.token);
-    if (!tok_) {
-      std::printf("%s%d", ids_.size() > 1 ? " " : "", t.token);
-    } else {
-      std::string text = tok_->decode(ids_);
-      if (text.size() > printed_) {
-        std::fwrite(text.data() + printed_, 1, text.size() - printed_, stdout);
-        printed_ = text.size();
-      }
-    }
-    std::fflush(stdout);
-  }
-
- private:
-  const Tokenizer* tok_;
-  RequestId target_;
-  int32_t eos_;
-  std::vector<int32_t> ids_;
-  size_t printed_ = 0;
-};
-
 // A one-line progress bar on stderr, redrawn at most ten times a second; erased at the end.
 class Progress : public Observer {
  public:
@@ -397,7 +369,7 @@ int run_record_command(int argc, char** argv) {
   TraceRecorder& recorder = **rec;
 
   e.add_observer(&recorder);
-  TextStream stream(s.model.tokenizer.get(), s.target, e.model_config().eos);
+  cli::TextStream stream(s.model.tokenizer.get(), s.target, e.model_config().eos);
   e.add_observer(&stream);
   std::unique_ptr<Progress> progress;
   // With stdout on a terminal too, the streaming text is the progress (a bar on the same

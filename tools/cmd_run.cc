@@ -8,40 +8,7 @@
 #include "engine_options.h"
 #include "llmrr/runtime/engine.h"
 
-namespace {
-
 using namespace llmrr;
-
-// Streams the target's text to stdout as its tokens are sampled.
-class TextStream : public Observer {
- public:
-  TextStream(const Tokenizer* tok, RequestId target, int32_t eos)
-      : tok_(tok), target_(target), eos_(eos) {}
-  void on_token(const TokenEvent& t) override {
-    if (t.request != target_) return;
-    if (t.token == eos_) return;
-    ids_.push_back(t.token);
-    if (!tok_) {
-      std::printf("%s%d", ids_.size() > 1 ? " " : "", t.token);
-    } else {
-      std::string text = tok_->decode(ids_);
-      if (text.size() > printed_) {
-        std::fwrite(text.data() + printed_, 1, text.size() - printed_, stdout);
-        printed_ = text.size();
-      }
-    }
-    std::fflush(stdout);
-  }
-
- private:
-  const Tokenizer* tok_;
-  RequestId target_;
-  int32_t eos_;
-  std::vector<int32_t> ids_;
-  size_t printed_ = 0;
-};
-
-}  // namespace
 
 int run_run_command(int argc, char** argv) {
   CLI::App app{"llmrr run: generate text for one prompt (stdout), optionally under load"};
@@ -73,7 +40,7 @@ int run_run_command(int argc, char** argv) {
       return exit_code_for(st);
     }
   }
-  TextStream stream(setup->model.tokenizer.get(), setup->target, e.model_config().eos);
+  cli::TextStream stream(setup->model.tokenizer.get(), setup->target, e.model_config().eos);
   e.add_observer(&stream);
   Status st = e.run();
   std::printf("\n");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -222,6 +223,21 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
   std::vector<RequestSpec> load = make_load_for(s.model, o.load, o.seed, 1);
   s.requests.insert(s.requests.end(), load.begin(), load.end());
   return s;
+}
+
+void TextStream::on_token(const TokenEvent& t) {
+  if (t.request != target_ || t.token == eos_) return;
+  ids_.push_back(t.token);
+  if (!tok_) {
+    std::printf("%s%d", ids_.size() > 1 ? " " : "", t.token);
+  } else {
+    std::string text = tok_->decode(ids_);
+    if (text.size() > printed_) {
+      std::fwrite(text.data() + printed_, 1, text.size() - printed_, stdout);
+      printed_ = text.size();
+    }
+  }
+  std::fflush(stdout);
 }
 
 }  // namespace llmrr::cli

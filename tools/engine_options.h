@@ -69,6 +69,23 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& options, bool need_pr
 std::vector<RequestSpec> make_load_for(const LoadedModel& model, int32_t count, uint64_t seed,
                                        RequestId first_id);
 
+// Streams the target request's text to stdout as its tokens are sampled (token ids when the
+// model has no tokenizer); the EOS token is not printed. Shared by run and record so their
+// stdout is the same bytes.
+class TextStream : public Observer {
+ public:
+  TextStream(const Tokenizer* tok, RequestId target, int32_t eos)
+      : tok_(tok), target_(target), eos_(eos) {}
+  void on_token(const TokenEvent& t) override;
+
+ private:
+  const Tokenizer* tok_;
+  RequestId target_;
+  int32_t eos_;
+  std::vector<int32_t> ids_;
+  size_t printed_ = 0;
+};
+
 // "1,2,3" → ids.
 Result<std::vector<int32_t>> parse_id_list(const std::string& text);
 
