@@ -12,24 +12,6 @@
 
 namespace llmrr::rectest {
 
-const LoadedModel& builtin(const std::string& name) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[name];
-  if (!slot) {
-    Result<LoadedModel> m =
-        load_model(name.find('/') == std::string::npos ? "builtin:" + name : name);
-    if (!m.ok()) {
-      ADD_FAILURE() << m.status().to_string();
-      slot = std::make_unique<LoadedModel>();
-    } else {
-      slot = std::make_unique<LoadedModel>(std::move(m).value());
-    }
-  }
-  return *slot;
-}
-
 namespace {
 std::mutex temp_mu;
 std::vector<std::string>* temp_files = nullptr;
@@ -54,12 +36,6 @@ std::string temp_path(const std::string& stem) {
   }
   temp_files->push_back(path);
   return path;
-}
-
-std::vector<int32_t> bytes(const std::string& text) {
-  std::vector<int32_t> v;
-  for (unsigned char c : text) v.push_back(c);
-  return v;
 }
 
 RequestSpec request(RequestId id, const std::string& prompt, int32_t max_tokens, int64_t arrival) {

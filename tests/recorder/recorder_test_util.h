@@ -16,18 +16,18 @@
 #include "llmrr/runtime/engine.h"
 #include "llmrr/runtime/memory_trace.h"
 #include "llmrr/runtime/model.h"
+#include "test_common.h"
 
 namespace llmrr::rectest {
 
-// Loaded once per process: a builtin model by name ("tiny-moe"), or a model path.
-const LoadedModel& builtin(const std::string& name);
+using test::builtin;  // a builtin name ("tiny-moe") or a model path, loaded once per process
+using test::bytes;
 
 // A fresh path under the test's temporary directory, removed at exit.
 std::string temp_path(const std::string& stem);
 // Removes the files temp_path named so far (a death test's child calls it before _Exit).
 void remove_temp_files();
 
-std::vector<int32_t> bytes(const std::string& text);
 RequestSpec request(RequestId id, const std::string& prompt, int32_t max_tokens,
                     int64_t arrival = 0);
 // `count` synthetic load requests (printable prompts), ids from first_id.

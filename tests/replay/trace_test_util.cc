@@ -19,54 +19,10 @@
 
 namespace llmrr::rtest {
 
-const LoadedModel& builtin(const std::string& name) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[name];
-  if (!slot) {
-    Result<LoadedModel> m = load_model("builtin:" + name);
-    if (!m.ok()) {
-      ADD_FAILURE() << m.status().to_string();
-      slot = std::make_unique<LoadedModel>();
-    } else {
-      slot = std::make_unique<LoadedModel>(std::move(m).value());
-    }
-  }
-  return *slot;
-}
-
-namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/llmrr-replay-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    char* made = mkdtemp(buf.data());
-    path = made ? made : "/tmp";
-  }
-  ~TempDir() {
-    if (path != "/tmp" && !std::getenv("LLMRR_KEEP_TEST_FILES")) {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  }
-};
-
-}  // namespace
 
 std::string temp_path(const std::string& name) {
-  static TempDir dir;
-  return dir.path + "/" + name;
-}
-
-std::vector<int32_t> bytes(const std::string& text) {
-  std::vector<int32_t> v;
-  for (unsigned char c : text) v.push_back(c);
-  return v;
+  static test::TempDir dir("llmrr-replay");
+  return dir.file(name);
 }
 
 std::vector<RequestSpec> target_and_load(const LoadedModel& model, const std::string& prompt,

@@ -18,16 +18,16 @@
 #include "llmrr/runtime/engine.h"
 #include "llmrr/runtime/memory_trace.h"
 #include "llmrr/runtime/model.h"
+#include "test_common.h"
 
 namespace llmrr::rtest {
 
-// builtin:<name>, loaded once per process.
-const LoadedModel& builtin(const std::string& name);
+using test::builtin;  // loaded once per process
+using test::bytes;
 
 // A fresh directory for this test process (removed at exit); paths inside it.
 std::string temp_path(const std::string& name);
 
-std::vector<int32_t> bytes(const std::string& text);
 
 // The target (id 0, `prompt`) plus `load` synthetic requests (ids 1..load), all greedy,
 // stop_at_eos false (so that forced schedules never meet a finished request).

@@ -4,23 +4,6 @@
 
 namespace llmrr::testing {
 
-const LoadedModel& builtin(const std::string& name) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[name];
-  if (!slot) {
-    Result<LoadedModel> m = load_model("builtin:" + name);
-    if (!m.ok()) {
-      ADD_FAILURE() << m.status().to_string();
-      slot = std::make_unique<LoadedModel>();
-    } else {
-      slot = std::make_unique<LoadedModel>(std::move(m).value());
-    }
-  }
-  return *slot;
-}
-
 RequestSpec request(RequestId id, const std::vector<int32_t>& prompt, int32_t max_tokens,
                     int64_t arrival) {
   RequestSpec r;
@@ -29,12 +12,6 @@ RequestSpec request(RequestId id, const std::vector<int32_t>& prompt, int32_t ma
   r.max_tokens = max_tokens;
   r.arrival_step = arrival;
   return r;
-}
-
-std::vector<int32_t> bytes(const std::string& text) {
-  std::vector<int32_t> v;
-  for (unsigned char c : text) v.push_back(c);
-  return v;
 }
 
 EngineRun run_requests(const LoadedModel& model, const EngineConfig& config,

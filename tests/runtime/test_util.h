@@ -13,15 +13,15 @@
 #include "llmrr/runtime/engine.h"
 #include "llmrr/runtime/memory_trace.h"
 #include "llmrr/runtime/model.h"
+#include "test_common.h"
 
 namespace llmrr::testing {
 
-// Loaded once per process.
-const LoadedModel& builtin(const std::string& name);
+using test::builtin;  // loaded once per process
+using test::bytes;
 
 RequestSpec request(RequestId id, const std::vector<int32_t>& prompt, int32_t max_tokens,
                     int64_t arrival = 0);
-std::vector<int32_t> bytes(const std::string& text);
 
 struct EngineRun {
   std::unique_ptr<Engine> engine;
