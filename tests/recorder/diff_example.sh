@@ -6,7 +6,7 @@
 llmrr=$1
 toy=$2
 dir=$3
-if ! "$llmrr" --help | grep -qx "  diff"; then
+if ! "$llmrr" --help | grep -q "^  diff\( \|$\)"; then
   echo "llmrr diff: not in this build; skipped"
   exit 77
 fi

@@ -12,7 +12,7 @@ rc=$?
 [ -s "$trace" ] || { echo "no trace at $trace"; exit 1; }
 help=$("$llmrr" --help)
 for cmd in verify inspect dump; do
-  if printf '%s\n' "$help" | grep -qx "  $cmd"; then
+  if printf '%s\n' "$help" | grep -q "^  $cmd\( \|$\)"; then
     if ! out=$("$llmrr" "$cmd" "$trace" 2>&1); then
       echo "llmrr $cmd $trace failed:"
       printf '%s\n' "$out"
