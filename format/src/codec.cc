@@ -1,5 +1,8 @@
 #include "codec.h"
 
+#include <algorithm>
+#include <cmath>
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 #include <zstd.h>
@@ -137,7 +140,8 @@ ZstdCompressor::~ZstdCompressor() {
 }
 
 bool ZstdCompressor::compress(const uint8_t* src, size_t n, int level, Buffer* out,
-                              std::string* error) {
+                              std::string* error, bool noisy) {
+  last_frames_ = 1;
   if (ctx_ == nullptr) {
     *error = "zstd: out of memory creating a compression context";
     return false;
@@ -145,7 +149,12 @@ bool ZstdCompressor::compress(const uint8_t* src, size_t n, int level, Buffer* o
   const size_t bound = ZSTD_compressBound(n);
   const size_t old = out->size();
   out->resize(old + bound);
-  size_t r = ZSTD_compressCCtx(ctx_, out->data() + old, bound, src, n, level);
+  if (noisy) {
+    out->resize(old);
+    append_stored_zstd_frame(src, n, out);
+    return true;
+  }
+  const size_t r = ZSTD_compressCCtx(ctx_, out->data() + old, bound, src, n, level);
   if (ZSTD_isError(r)) {
     out->resize(old);
     *error = std::string("zstd: ") + ZSTD_getErrorName(r);
@@ -153,6 +162,98 @@ bool ZstdCompressor::compress(const uint8_t* src, size_t n, int level, Buffer* o
   }
   out->resize(old + r);
   return true;
+}
+
+bool ZstdCompressor::compress_spans(const uint8_t* src, size_t n, int level,
+                                    const std::vector<NoisySpan>& noisy, Buffer* out,
+                                    std::string* error) {
+  // Cut [0, n) into alternating runs: noisy spans that are long enough, with short gaps
+  // between two of them absorbed into the span.
+  struct Run {
+    size_t begin, end;
+  };
+  std::vector<Run> runs;
+  for (const NoisySpan& s : noisy) {
+    const size_t b = std::min(s.begin, n), e = std::min(s.end, n);
+    if (e <= b) continue;
+    if (!runs.empty() && b >= runs.back().end && b - runs.back().end < kMinSpanBytes) {
+      runs.back().end = std::max(runs.back().end, e);
+    } else if (runs.empty() || b >= runs.back().end) {
+      runs.push_back({b, e});
+    }
+  }
+  std::erase_if(runs, [](const Run& r) { return r.end - r.begin < kMinSpanBytes; });
+  if (runs.empty()) return compress(src, n, level, out, error);
+  size_t frames = 0, at = 0;
+  for (const Run& r : runs) {
+    if (r.begin > at) {
+      if (!compress(src + at, r.begin - at, level, out, error)) return false;
+      ++frames;
+    }
+    if (!compress(src + r.begin, r.end - r.begin, level, out, error, true)) return false;
+    ++frames;
+    at = r.end;
+  }
+  if (at < n) {
+    if (!compress(src + at, n - at, level, out, error)) return false;
+    ++frames;
+  }
+  last_frames_ = frames;
+  return true;
+}
+
+void append_stored_zstd_frame(const uint8_t* src, size_t n, Buffer* out) {
+  // RFC 8878: magic, frame header descriptor (single segment, 4-byte content size), then
+  // raw blocks of at most 128 KiB, each with a 3-byte header (last flag, type 0 = raw, size).
+  const size_t old = out->size();
+  const size_t blocks = n == 0 ? 1 : (n + kZstdBlockMax - 1) / kZstdBlockMax;
+  out->resize(old + 9 + 3 * blocks + n);
+  uint8_t* p = out->data() + old;
+  store_u32(p, 0xFD2FB528u);
+  p[4] = 0xA0;  // frame content size in 4 bytes, single segment, no checksum, no dictionary
+  store_u32(p + 5, static_cast<uint32_t>(n));
+  p += 9;
+  size_t at = 0;
+  do {
+    const size_t len = std::min(kZstdBlockMax, n - at);
+    const uint32_t h = (at + len == n ? 1u : 0u) | static_cast<uint32_t>(len) << 3;
+    p[0] = static_cast<uint8_t>(h);
+    p[1] = static_cast<uint8_t>(h >> 8);
+    p[2] = static_cast<uint8_t>(h >> 16);
+    if (len > 0) std::memcpy(p + 3, src + at, len);
+    p += 3 + len;
+    at += len;
+  } while (at < n);
+}
+
+double sampled_entropy(const uint8_t* p, size_t n) {
+  if (n == 0) return 0.0;
+  uint32_t hist[256] = {};
+  const size_t stride = n > 4096 ? n / 4096 : 1;
+  size_t count = 0;
+  for (size_t i = 0; i < n; i += stride, ++count) ++hist[p[i]];
+  double bits = 0.0;
+  const double inv = 1.0 / static_cast<double>(count);
+  for (uint32_t h : hist)
+    if (h != 0) {
+      const double q = h * inv;
+      bits -= q * std::log2(q);
+    }
+  return bits;
+}
+
+std::vector<NoisySpan> noisy_planes(const uint8_t* data, size_t n, size_t planes) {
+  std::vector<NoisySpan> spans;
+  // Fewer than 256 samples cannot show 7.6 bits of entropy; small planes stay as they are.
+  if (n < 4096) return spans;
+  for (size_t p = 0; p < planes; ++p) {
+    if (sampled_entropy(data + p * n, n) < kNoisyBitsPerByte) continue;
+    if (!spans.empty() && spans.back().end == p * n)
+      spans.back().end = (p + 1) * n;
+    else
+      spans.push_back({p * n, (p + 1) * n});
+  }
+  return spans;
 }
 
 ZstdDecompressor::ZstdDecompressor() : ctx_(ZSTD_createDCtx()) {

@@ -94,6 +94,32 @@ bool known_codec(uint8_t codec);
 void shuffle_bytes(const uint8_t* in, uint8_t* out, size_t bytes, size_t elem);
 void unshuffle_bytes(const uint8_t* in, uint8_t* out, size_t bytes, size_t elem);
 
+// A byte range [begin, end) of a payload whose bytes are near-random (hashes, low mantissa
+// bits): compressing it would cost time and save almost nothing.
+struct NoisySpan {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+// Estimated Shannon entropy of [p, p+n) in bits per byte, from at most ~4096 sampled bytes.
+double sampled_entropy(const uint8_t* p, size_t n);
+// Byte planes of a shuffled tensor (`planes` planes of n bytes each from `data`) whose
+// sampled entropy is at least kNoisyBitsPerByte, as spans (adjacent planes merged).
+inline constexpr double kNoisyBitsPerByte = 7.6;
+std::vector<NoisySpan> noisy_planes(const uint8_t* data, size_t n, size_t planes);
+
+// The zstd levels at which noisy spans are coded apart (see ZstdCompressor::compress_spans):
+// they go into stored zstd frames (raw blocks), since zstd's match search and literal
+// entropy coding cost most of the writer's time on them for a few percent of size. On the
+// fingerprint-heavy step chunks of bench/format, against level 1 throughout: the writer
+// ~1.7x faster per CPU-second, stored size ~8 % larger (bench/README.md).
+inline constexpr int kMaxSpanLevel = 2;
+
+// Appends [src, src+n) (n < 4 GiB) as one zstd frame of raw blocks: stored, any zstd
+// decoder reads it.
+inline constexpr size_t kZstdBlockMax = 128 * 1024;
+void append_stored_zstd_frame(const uint8_t* src, size_t n, Buffer* out);
+
 // Reusable zstd contexts (one per thread).
 class ZstdCompressor {
  public:
@@ -101,12 +127,25 @@ class ZstdCompressor {
   ~ZstdCompressor();
   ZstdCompressor(const ZstdCompressor&) = delete;
   ZstdCompressor& operator=(const ZstdCompressor&) = delete;
-  // Appends the compressed form of [src, src+n) to *out. Returns false (with *error) on
-  // failure, which only an internal bug can cause.
-  bool compress(const uint8_t* src, size_t n, int level, Buffer* out, std::string* error);
+  // Appends the compressed form of [src, src+n) to *out as one zstd frame at `level`, or as
+  // a stored frame when `noisy`. Returns false (with *error) on failure, which only an
+  // internal bug can cause.
+  bool compress(const uint8_t* src, size_t n, int level, Buffer* out, std::string* error,
+                bool noisy = false);
+  // Appends [src, src+n) as consecutive zstd frames, which any zstd decoder (and
+  // Codec::kZstd / kShuffleZstd readers) decode as one stream: the `noisy` spans (ascending,
+  // disjoint, inside [0, n)) as stored frames, the bytes between them at `level`. Spans or
+  // gaps under kMinSpanBytes are folded into their neighbours so that frame headers stay
+  // negligible. With no usable span this is compress().
+  static constexpr size_t kMinSpanBytes = 1024;
+  bool compress_spans(const uint8_t* src, size_t n, int level, const std::vector<NoisySpan>& noisy,
+                      Buffer* out, std::string* error);
+  // Frames written by the last compress or compress_spans call.
+  size_t last_frames() const { return last_frames_; }
 
  private:
   ZSTD_CCtx_s* ctx_;
+  size_t last_frames_ = 0;
 };
 
 class ZstdDecompressor {

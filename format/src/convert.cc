@@ -59,7 +59,9 @@ fbs::Offset<fbs::Vector<Dst>> narrow_vector(fbs::FlatBufferBuilder& fbb,
 
 }  // namespace
 
-ChunkBuilder::ChunkBuilder() : fbb_(64 * 1024) {}
+// Sized for a whole chunk up front: growing by doubling would copy the chunk and fault in
+// fresh pages at every step up (untouched pages of the reservation cost nothing).
+ChunkBuilder::ChunkBuilder() : fbb_(kMaxFrameRawBytes) {}
 
 uint32_t ChunkBuilder::intern(const PlanRecord& plan) {
   std::string key = plan_key(plan);
@@ -180,6 +182,7 @@ void ChunkBuilder::add_step(const StepRecord& s, KindCounters* kc) {
 
   // Fingerprints.
   fbs::Offset<fbs::Vector<fbs::Offset<fb::SiteRows>>> rows;
+  const size_t fingerprints_from = fbb_.GetSize();
   if (!s.rows.empty()) {
     std::vector<fbs::Offset<fb::SiteRows>> v;
     v.reserve(s.rows.size());
@@ -198,6 +201,8 @@ void ChunkBuilder::add_step(const StepRecord& s, KindCounters* kc) {
     }
     rows = fbb_.CreateVector(v);
   }
+  if (fbb_.GetSize() > fingerprints_from)
+    fingerprint_marks_.emplace_back(fingerprints_from, fbb_.GetSize());
   take(&kc->fingerprints);
 
   // Routing.
@@ -293,14 +298,22 @@ void ChunkBuilder::add_step(const StepRecord& s, KindCounters* kc) {
   last_step_ = s.step;
 }
 
-void ChunkBuilder::finish(std::vector<uint8_t>* out) {
+void ChunkBuilder::finish(std::vector<uint8_t>* out, std::vector<NoisySpan>* noisy) {
   auto plans = fbb_.CreateVector(plan_offsets_);
   auto steps = fbb_.CreateVector(steps_);
   fb::StepChunkBuilder b(fbb_);
   b.add_plans(plans);
   b.add_steps(steps);
   fbb_.Finish(b.Finish());
-  out->assign(fbb_.GetBufferPointer(), fbb_.GetBufferPointer() + fbb_.GetSize());
+  const size_t size = fbb_.GetSize();
+  out->assign(fbb_.GetBufferPointer(), fbb_.GetBufferPointer() + size);
+  if (noisy != nullptr) {
+    noisy->clear();
+    // Later steps lie earlier in the buffer.
+    for (auto it = fingerprint_marks_.rbegin(); it != fingerprint_marks_.rend(); ++it)
+      noisy->push_back({size - it->second, size - it->first});
+  }
+  fingerprint_marks_.clear();
   fbb_.Clear();
   plan_offsets_.clear();
   plans_.clear();

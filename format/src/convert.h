@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "codec.h"
 #include "llmrr/format/container.h"
 #include "llmrr/format/llmrr_generated.h"
 #include "llmrr/format/records.h"
@@ -51,8 +52,10 @@ class ChunkBuilder {
   uint64_t arrival_cost() const { return arrival_cost_; }
   // Sites with a plan after the last step (a next step's delta may remove all of them).
   size_t assignment_size() const { return assignment_.size(); }
-  // Finishes the chunk into *out and resets the builder for the next chunk.
-  void finish(std::vector<uint8_t>* out);
+  // Finishes the chunk into *out and resets the builder for the next chunk. *noisy (when
+  // given) receives the byte ranges of *out that hold the steps' fingerprints: random
+  // 64-bit hashes for the most part, which the writer stores rather than compresses.
+  void finish(std::vector<uint8_t>* out, std::vector<NoisySpan>* noisy = nullptr);
 
  private:
   uint32_t intern(const PlanRecord& plan);
@@ -68,6 +71,9 @@ class ChunkBuilder {
   uint64_t plan_live_ = 0;  // P_k of the last step
   uint64_t plan_cost_ = 0;  // Σ P_k
   uint64_t arrival_cost_ = 0;
+  // Builder sizes before and after each step's fingerprints (FlatBuffers builds back to
+  // front, so finish() maps them to offsets from the end of the buffer).
+  std::vector<std::pair<size_t, size_t>> fingerprint_marks_;
   // scratch
   std::vector<std::pair<uint64_t, uint32_t>> next_;
   std::vector<const SitePlan*> sorted_;

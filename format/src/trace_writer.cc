@@ -37,6 +37,9 @@ struct Job {
   std::vector<uint8_t> raw;   // payload to encode (for blobs: the tensor bytes)
   std::vector<uint8_t> meta;  // blobs: BlobMeta FlatBuffer
   uint8_t elem_size = 1;      // blobs: shuffle width
+  // Step chunks: the fingerprint ranges of `raw` (stored, not compressed, at the fast
+  // levels).
+  std::vector<detail::NoisySpan> noisy;
   int64_t first = -1;
   int64_t last = -1;
   uint64_t cost = 0;  // bytes counted in flight
@@ -325,7 +328,7 @@ class TraceWriter::Impl {
     job.first = chunk_.first_step();
     job.last = chunk_.last_step();
     job.raw = take_buffer();
-    chunk_.finish(&job.raw);
+    chunk_.finish(&job.raw, &job.noisy);
     chunk_raw_ += job.raw.size();
     job.steps = pending_steps_;
     job.tokens = pending_tokens_;
@@ -538,9 +541,21 @@ class TraceWriter::Impl {
         src = scratch->data();
         codec = Codec::kShuffleZstd;
       }
+      // At the fast levels, near-random bytes (fingerprint hashes, low mantissa planes) go
+      // into stored zstd frames: compressing them took most of the writer's time for a few
+      // percent of size. The payload is still plain concatenated zstd frames.
+      const std::vector<detail::NoisySpan>* noisy = &job.noisy;
+      std::vector<detail::NoisySpan> planes;
+      if (codec == Codec::kShuffleZstd && opt_.zstd_level <= detail::kMaxSpanLevel) {
+        planes = detail::noisy_planes(src, job.raw.size() / job.elem_size, job.elem_size);
+        noisy = &planes;
+      }
       std::string err;
-      if (!zstd.compress(src, job.raw.size(), opt_.zstd_level, frame, &err))
-        return internal_error(path_, err.c_str());
+      const bool ok = opt_.zstd_level <= detail::kMaxSpanLevel && !noisy->empty()
+                          ? zstd.compress_spans(src, job.raw.size(), opt_.zstd_level, *noisy,
+                                                frame, &err)
+                          : zstd.compress(src, job.raw.size(), opt_.zstd_level, frame, &err);
+      if (!ok) return internal_error(path_, err.c_str());
       if (frame->size() - body_at >= job.raw.size()) {  // incompressible: store as is
         frame->resize(body_at);
         codec = Codec::kNone;

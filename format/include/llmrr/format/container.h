@@ -55,7 +55,7 @@ enum class FrameKind : uint8_t {
 
 enum class Codec : uint8_t {
   kNone = 0,         // payload stored as is
-  kZstd = 1,         // zstd
+  kZstd = 1,         // zstd: one or more concatenated zstd frames, decoding to the raw bytes
   kShuffleZstd = 2,  // tensor blobs only: byte-plane shuffle by element size, then zstd
 };
 
