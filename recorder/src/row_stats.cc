@@ -94,6 +94,9 @@ bool before(const Ranked& a, const Ranked& b) {
 }
 
 constexpr int64_t kBlock = 64;
+// Rows up to this length take the insertion path: ~k·ln(n/k) insertions on real logits,
+// and a bounded n·k moves on adversarial (ascending) rows.
+constexpr int64_t kSmallRow = 1024;
 
 }  // namespace
 
@@ -106,6 +109,33 @@ void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) {
   }
   thread_local std::vector<Ranked> c;
   c.clear();
+  if (n <= kSmallRow) {
+    // Small rows (byte-level vocabularies): keep the best k in rank order while scanning.
+    // Ids ascend, so a value equal to a kept one ranks after it and stops the shift there.
+    c.resize(static_cast<size_t>(k));
+    Ranked* best = c.data();
+    int filled = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      int pos;
+      if (filled == k) {
+        if (!(v > best[k - 1].v)) continue;
+        pos = k - 1;
+      } else {
+        pos = filled++;
+      }
+      while (pos > 0 && v > best[pos - 1].v) {
+        best[pos] = best[pos - 1];
+        --pos;
+      }
+      best[pos] = {v, static_cast<int32_t>(i)};
+    }
+    for (int i = 0; i < k; ++i) {
+      ids[i] = best[i].id;
+      values[i] = best[i].v;
+    }
+    return;
+  }
   const int64_t blocks = n / kBlock;
   if (blocks >= 4 * static_cast<int64_t>(k)) {
     // The k-th largest block maximum T: k blocks each hold a value >= T, so the k-th ranked
