@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -187,7 +188,7 @@ void BM_WriteSteps(benchmark::State& state) {
       static_cast<double>(file) / static_cast<double>((*r)->token_count());
   std::remove(path.c_str());
 }
-BENCHMARK(BM_WriteSteps)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_WriteSteps)->Arg(1)->Arg(2)->Arg(3)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_WriteLogitBlobs(benchmark::State& state) {
   const int level = static_cast<int>(state.range(0));
@@ -354,11 +355,71 @@ BENCHMARK(BM_BlobRatio)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// The writer on recorded steps: LLMRR_BENCH_TRACE=run.trace (e.g. from `llmrr record
+// --capture all`) re-writes that trace's steps, once per repetition, at `level`.
+void BM_WriteRecordedSteps(benchmark::State& state, std::vector<StepRecord>* steps,
+                           RunHeader header) {
+  const int level = static_cast<int>(state.range(0));
+  const std::string path = bench_path("write_recorded");
+  uint64_t raw = 0;
+  double cpu = 0;
+  for (auto _ : state) {
+    std::remove(path.c_str());
+    const double c0 = cpu_seconds();
+    WriterOptions opt;
+    opt.zstd_level = level;
+    auto w = TraceWriter::open(path, opt);
+    if (!w.ok() || !(*w)->append_run_header(header).ok()) std::abort();
+    for (const StepRecord& s : *steps)
+      if (!(*w)->append_step(s).ok()) std::abort();
+    if (!(*w)->close().ok()) std::abort();
+    cpu += cpu_seconds() - c0;
+    raw += (*TraceReader::open(path))->raw_bytes();
+  }
+  auto r = TraceReader::open(path);
+  state.SetBytesProcessed(static_cast<int64_t>(raw));
+  state.counters["raw_MB_per_cpu_s"] = static_cast<double>(raw) / 1e6 / cpu;
+  state.counters["ratio"] =
+      static_cast<double>((*r)->raw_bytes()) / static_cast<double>((*r)->file_size());
+  state.counters["bytes_per_token"] =
+      static_cast<double>((*r)->file_size()) / static_cast<double>((*r)->token_count());
+  std::remove(path.c_str());
+}
+
+void register_recorded_trace() {
+  const char* path = std::getenv("LLMRR_BENCH_TRACE");
+  if (path == nullptr || *path == '\0') return;
+  auto r = TraceReader::open(path);
+  if (!r.ok()) {
+    std::fprintf(stderr, "LLMRR_BENCH_TRACE: %s\n", r.status().to_string().c_str());
+    std::exit(2);
+  }
+  static std::vector<StepRecord> steps;
+  for (auto c = (*r)->steps();;) {
+    StepRecord s;
+    auto more = c.next(&s);
+    if (!more.ok()) {
+      std::fprintf(stderr, "LLMRR_BENCH_TRACE: %s\n", more.status().to_string().c_str());
+      std::exit(2);
+    }
+    if (!*more) break;
+    steps.push_back(std::move(s));
+  }
+  benchmark::RegisterBenchmark("BM_WriteRecordedSteps", BM_WriteRecordedSteps, &steps,
+                               (*r)->run_header())
+      ->Arg(1)
+      ->Arg(2)
+      ->Arg(3)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  register_recorded_trace();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   std::remove(level1_trace().c_str());

@@ -182,7 +182,10 @@ bool ZstdCompressor::compress_spans(const uint8_t* src, size_t n, int level,
       runs.push_back({b, e});
     }
   }
-  std::erase_if(runs, [](const Run& r) { return r.end - r.begin < kMinSpanBytes; });
+  std::erase_if(runs, [src](const Run& r) {
+    return r.end - r.begin < kMinSpanBytes ||
+           sampled_entropy(src + r.begin, r.end - r.begin) < kNoisyBitsPerByte;
+  });
   if (runs.empty()) return compress(src, n, level, out, error);
   size_t frames = 0, at = 0;
   for (const Run& r : runs) {
@@ -244,7 +247,7 @@ double sampled_entropy(const uint8_t* p, size_t n) {
 
 std::vector<NoisySpan> noisy_planes(const uint8_t* data, size_t n, size_t planes) {
   std::vector<NoisySpan> spans;
-  // Fewer than 256 samples cannot show 7.6 bits of entropy; small planes stay as they are.
+  // Small planes are left to zstd (too few samples to judge, and little to gain).
   if (n < 4096) return spans;
   for (size_t p = 0; p < planes; ++p) {
     if (sampled_entropy(data + p * n, n) < kNoisyBitsPerByte) continue;

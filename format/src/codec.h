@@ -104,16 +104,16 @@ struct NoisySpan {
 // Estimated Shannon entropy of [p, p+n) in bits per byte, from at most ~4096 sampled bytes.
 double sampled_entropy(const uint8_t* p, size_t n);
 // Byte planes of a shuffled tensor (`planes` planes of n bytes each from `data`) whose
-// sampled entropy is at least kNoisyBitsPerByte, as spans (adjacent planes merged).
-inline constexpr double kNoisyBitsPerByte = 7.6;
+// sampled entropy is at least kNoisyBitsPerByte, as spans (adjacent planes merged). Below
+// 7.2 bits per byte entropy coding alone can save 10 % or more, which is worth zstd's time.
+inline constexpr double kNoisyBitsPerByte = 7.2;
 std::vector<NoisySpan> noisy_planes(const uint8_t* data, size_t n, size_t planes);
 
-// The zstd levels at which noisy spans are coded apart (see ZstdCompressor::compress_spans):
-// they go into stored zstd frames (raw blocks), since zstd's match search and literal
-// entropy coding cost most of the writer's time on them for a few percent of size. On the
-// fingerprint-heavy step chunks of bench/format, against level 1 throughout: the writer
-// ~1.7x faster per CPU-second, stored size ~8 % larger (bench/README.md).
-inline constexpr int kMaxSpanLevel = 2;
+// Level 1, the writer's default and fastest setting, codes noisy spans apart (see
+// ZstdCompressor::compress_spans): they go into stored zstd frames (raw blocks), since zstd's
+// match search and literal coding spend most of the writer's time on them for ~10 % of size.
+// Level 2 and up compress everything (bench/README.md has both sides).
+inline constexpr int kMaxSpanLevel = 1;
 
 // Appends [src, src+n) (n < 4 GiB) as one zstd frame of raw blocks: stored, any zstd
 // decoder reads it.
@@ -134,9 +134,11 @@ class ZstdCompressor {
                 bool noisy = false);
   // Appends [src, src+n) as consecutive zstd frames, which any zstd decoder (and
   // Codec::kZstd / kShuffleZstd readers) decode as one stream: the `noisy` spans (ascending,
-  // disjoint, inside [0, n)) as stored frames, the bytes between them at `level`. Spans or
-  // gaps under kMinSpanBytes are folded into their neighbours so that frame headers stay
-  // negligible. With no usable span this is compress().
+  // disjoint, inside [0, n)) as stored frames, the bytes between them at `level`. Gaps
+  // under kMinSpanBytes between two spans are folded into them; spans under kMinSpanBytes,
+  // or whose sampled entropy is below kNoisyBitsPerByte (real fingerprints of few rows per
+  // site compress ~1.3x: their tables and float summaries are far from random), are
+  // compressed with their neighbours. With no usable span this is compress().
   static constexpr size_t kMinSpanBytes = 1024;
   bool compress_spans(const uint8_t* src, size_t n, int level, const std::vector<NoisySpan>& noisy,
                       Buffer* out, std::string* error);

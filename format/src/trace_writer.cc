@@ -37,8 +37,8 @@ struct Job {
   std::vector<uint8_t> raw;   // payload to encode (for blobs: the tensor bytes)
   std::vector<uint8_t> meta;  // blobs: BlobMeta FlatBuffer
   uint8_t elem_size = 1;      // blobs: shuffle width
-  // Step chunks: the fingerprint ranges of `raw` (stored, not compressed, at the fast
-  // levels).
+  // Step chunks: the fingerprint ranges of `raw` (stored rather than compressed at level 1
+  // when near-random).
   std::vector<detail::NoisySpan> noisy;
   int64_t first = -1;
   int64_t last = -1;
@@ -541,7 +541,7 @@ class TraceWriter::Impl {
         src = scratch->data();
         codec = Codec::kShuffleZstd;
       }
-      // At the fast levels, near-random bytes (fingerprint hashes, low mantissa planes) go
+      // At level 1, near-random bytes (fingerprint hashes, low mantissa planes) go
       // into stored zstd frames: compressing them took most of the writer's time for a few
       // percent of size. The payload is still plain concatenated zstd frames.
       const std::vector<detail::NoisySpan>* noisy = &job.noisy;

@@ -83,6 +83,13 @@ TEST(Codec, SpansAreSeparateFramesThatDecodeAsOneStream) {
   EXPECT_EQ(count_zstd_frames(stored.data(), stored.size()), 3);
   EXPECT_EQ(decode(stored, raw.size()), raw);
 
+  // A span that is not near-random is compressed with its neighbours after all.
+  Buffer judged;
+  ASSERT_TRUE(z.compress_spans(raw.data(), raw.size(), 1, {{0, 5000}, {55300, 63300}}, &judged,
+                               &err));
+  EXPECT_EQ(z.last_frames(), 1u);
+  EXPECT_EQ(decode(judged, raw.size()), raw);
+
   // No spans: one frame, the same bytes as plain compress().
   Buffer single, plain;
   ASSERT_TRUE(z.compress_spans(raw.data(), raw.size(), 1, {}, &single, &err));

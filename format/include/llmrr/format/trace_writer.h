@@ -31,7 +31,7 @@
 namespace llmrr::trace {
 
 struct WriterOptions {
-  int zstd_level = 1;                      // 0 = store uncompressed; 1..19
+  int zstd_level = 1;  // 0 = store uncompressed; 1 = fastest (near-random spans stored); 2..19
   size_t max_bytes_in_flight = 64u << 20;  // raw bytes queued for the background thread
   size_t chunk_target_bytes = 1u << 20;    // close a step chunk once it reaches this
   int max_steps_per_chunk = 1024;          // ... or holds this many steps
