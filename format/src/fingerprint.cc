@@ -2,6 +2,10 @@
 
 #include <cmath>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "codec.h"
 
 namespace llmrr::trace {
@@ -23,12 +27,34 @@ Fingerprint fingerprint_row(const float* row, int64_t n) {
     return f;
   }
   f.hash = hash_bytes(row, static_cast<size_t>(n) * sizeof(float));
-  // Fixed lane order (see the header): the result never depends on how the compiler
-  // vectorizes, because every lane is its own sequential sum.
+  // Fixed lane order (see the header): the result never depends on how the code is
+  // vectorized, because every lane is its own sequential sum.
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   float mx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   bool nan = false;
   int64_t i = 0;
+#if defined(__AVX2__)
+  {
+    // Lanes 0-3 and 4-7 as two vectors of doubles; mul then add, as the scalar loop rounds
+    // (no FMA). max_ps(a, m) is a > m ? a : m, the scalar rule, NaN included (it keeps m).
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    __m256 vmx = _mm256_setzero_ps(), vnan = _mm256_setzero_ps();
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (; i + 8 <= n; i += 8) {
+      const __m256 x = _mm256_loadu_ps(row + i);
+      const __m256d dl = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+      const __m256d dh = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+      lo = _mm256_add_pd(lo, _mm256_mul_pd(dl, dl));
+      hi = _mm256_add_pd(hi, _mm256_mul_pd(dh, dh));
+      vmx = _mm256_max_ps(_mm256_and_ps(x, abs_mask), vmx);
+      vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    }
+    _mm256_storeu_pd(lane, lo);
+    _mm256_storeu_pd(lane + 4, hi);
+    _mm256_storeu_ps(mx, vmx);
+    nan = _mm256_movemask_ps(vnan) != 0;
+  }
+#endif
   for (; i + 8 <= n; i += 8) {
     for (int j = 0; j < 8; ++j) {
       const float x = row[i + j];

@@ -13,58 +13,6 @@
 
 namespace llmrr::recorder_internal {
 
-trace::Fingerprint fingerprint_row(const float* row, int64_t n) {
-#if defined(__AVX2__)
-  if (n < 8) return trace::fingerprint_row(row, n);
-  trace::Fingerprint f;
-  f.hash = trace::hash_bytes(row, static_cast<size_t>(n) * sizeof(float));
-  // Lanes 0-3 and 4-7 of the reference (lane j takes i ≡ j mod 8) as two vectors of
-  // doubles; mul then add, as the reference rounds (no FMA). max_ps(a, m) is a > m ? a : m,
-  // the reference's rule, NaN included (it keeps m).
-  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-  __m256 mx = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(row + i);
-    const __m256d dl = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-    const __m256d dh = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-    lo = _mm256_add_pd(lo, _mm256_mul_pd(dl, dl));
-    hi = _mm256_add_pd(hi, _mm256_mul_pd(dh, dh));
-    mx = _mm256_max_ps(_mm256_and_ps(x, abs_mask), mx);
-    nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  }
-  double lane[8];
-  float m8[8];
-  _mm256_storeu_pd(lane, lo);
-  _mm256_storeu_pd(lane + 4, hi);
-  _mm256_storeu_ps(m8, mx);
-  bool has_nan = _mm256_movemask_ps(nan) != 0;
-  for (int j = 0; i < n; ++i, ++j) {
-    const float x = row[i];
-    const double d = static_cast<double>(x);
-    lane[j] = lane[j] + d * d;
-    const float a = std::fabs(x);
-    m8[j] = a > m8[j] ? a : m8[j];
-    has_nan |= (x != x);
-  }
-  const double sum =
-      ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-  float m = m8[0];
-  for (int j = 1; j < 8; ++j) m = m8[j] > m ? m8[j] : m;
-  if (has_nan) {
-    f.l2 = std::nanf("");
-    f.max_abs = std::nanf("");
-  } else {
-    f.l2 = static_cast<float>(std::sqrt(sum));
-    f.max_abs = m;
-  }
-  return f;
-#else
-  return trace::fingerprint_row(row, n);
-#endif
-}
-
 namespace {
 
 bool any_nan(const float* x, int64_t n) {

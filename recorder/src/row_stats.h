@@ -1,17 +1,12 @@
-// The recorder's per-row work on the engine's thread, made cheap without changing a bit of
-// what is recorded: fingerprint_row with the same lane order in AVX2 registers, and a top-K
-// that skips most of a large vocabulary with a block-maximum threshold. Both return exactly
-// what trace::fingerprint_row and kernels::topk return (tests/recorder/row_stats_test.cc).
+// The recorder's top-K on the engine's thread, made cheap without changing a bit of what is
+// recorded: it skips most of a large vocabulary with a block-maximum threshold (and scans
+// small rows with insertion), and returns exactly what kernels::topk returns
+// (tests/recorder/row_stats_test.cc). Fingerprints are trace::fingerprint_row itself.
 #pragma once
 
 #include <cstdint>
 
-#include "llmrr/format/fingerprint.h"
-
 namespace llmrr::recorder_internal {
-
-// Bit-identical to trace::fingerprint_row(row, n).
-trace::Fingerprint fingerprint_row(const float* row, int64_t n);
 
 // Identical to kernels::topk(x, n, k, ids, values): the k entries that rank first (larger
 // value, then lower id; NaN after every number), in rank order.

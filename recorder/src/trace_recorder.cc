@@ -227,7 +227,7 @@ void TraceRecorder::on_rows(const RowsView& v) {
   rows.rows.resize(static_cast<size_t>(v.rows));
   for (int64_t r = 0; r < v.rows; ++r) {
     rows.rows[static_cast<size_t>(r)] =
-        recorder_internal::fingerprint_row(v.data + r * v.ld, v.cols);
+        trace::fingerprint_row(v.data + r * v.ld, v.cols);
   }
   stats_.fingerprints += v.rows;
   step_.rows.push_back(std::move(rows));
@@ -309,7 +309,7 @@ void TraceRecorder::on_logits(const LogitsView& v) {
   // The margin needs the top two; keep only as many as asked for.
   rec.top_ids.resize(static_cast<size_t>(std::min<int64_t>(options_.top_k, k)));
   rec.top_values.resize(rec.top_ids.size());
-  rec.full = recorder_internal::fingerprint_row(v.logits, v.vocab);
+  rec.full = trace::fingerprint_row(v.logits, v.vocab);
   if (options_.logits == trace::LogitsMode::kFull) {
     record_full_logits(v, rec);
     if (!recording()) return;

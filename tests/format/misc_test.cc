@@ -46,6 +46,63 @@ TEST(Fingerprint, LaneOrderIsTheDocumentedOne) {
   EXPECT_EQ(f.max_abs, mx);
 }
 
+// The documented computation, one element at a time: 8 double lanes (lane j takes
+// i ≡ j mod 8), per-lane max by `a > m ? a : m`, NaN anywhere → NaN summary.
+Fingerprint scalar_fingerprint(const std::vector<float>& row) {
+  Fingerprint f;
+  f.hash = hash_bytes(row.data(), row.size() * sizeof(float));
+  double lane[8] = {};
+  float mx[8] = {};
+  bool nan = false;
+  for (size_t i = 0; i < row.size(); ++i) {
+    const double d = row[i];
+    lane[i % 8] = lane[i % 8] + d * d;
+    const float a = std::fabs(row[i]);
+    mx[i % 8] = a > mx[i % 8] ? a : mx[i % 8];
+    nan |= std::isnan(row[i]);
+  }
+  const double sum =
+      ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  float m = mx[0];
+  for (int j = 1; j < 8; ++j) m = mx[j] > m ? mx[j] : m;
+  f.l2 = nan ? std::nanf("") : static_cast<float>(std::sqrt(sum));
+  f.max_abs = nan ? std::nanf("") : m;
+  return f;
+}
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+TEST(Fingerprint, VectorPathIsBitIdenticalToTheScalarDefinition) {
+  // Every row length around the 8-wide steps, with awkward values (±0, ±inf, subnormals,
+  // huge squares, ties) and NaN at the start, middle or tail.
+  std::mt19937_64 rng(7);
+  const float specials[] = {0.0f,  -0.0f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::denorm_min(), -1e-40f, 3e38f, 1.25f};
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 258, 576, 1000, 49152, 49157}) {
+    for (int fill = 0; fill < 3; ++fill) {
+      for (int nan_at : {-1, 0, 5}) {
+        std::vector<float> row(static_cast<size_t>(n));
+        for (float& x : row) {
+          x = fill == 0   ? gaussian(rng) * 3.0f
+              : fill == 1 ? static_cast<float>(static_cast<int>(rng() % 9) - 4) * 0.5f
+                          : (rng() % 4 == 0 ? specials[rng() % 8] : gaussian(rng));
+        }
+        if (nan_at >= 0 && nan_at < n) row[static_cast<size_t>(n - 1 - nan_at)] = std::nanf("");
+        SCOPED_TRACE("n " + std::to_string(n) + " fill " + std::to_string(fill) + " nan " +
+                     std::to_string(nan_at));
+        const Fingerprint want = scalar_fingerprint(row);
+        const Fingerprint got = fingerprint_row(row.data(), n);
+        EXPECT_EQ(got.hash, want.hash);
+        EXPECT_TRUE(same_bits(got.l2, want.l2)) << got.l2 << " vs " << want.l2;
+        EXPECT_TRUE(same_bits(got.max_abs, want.max_abs)) << got.max_abs << " vs " << want.max_abs;
+      }
+    }
+  }
+}
+
 TEST(Fingerprint, NanAndInfinity) {
   std::vector<float> row = {1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f};
   Fingerprint f = fingerprint_row(row.data(), 3);
