@@ -16,23 +16,11 @@
 #include "llmrr/format/fingerprint.h"
 #include "llmrr/kernels/isa.h"
 #include "llmrr/kernels/ops.h"
+#include "llmrr/recorder/convert.h"
 #include "row_stats.h"
 
 namespace llmrr {
 namespace {
-
-trace::PlanRecord to_record(const Plan& p) {
-  trace::PlanRecord r;
-  r.op = static_cast<trace::OpKind>(p.op);
-  r.mode = static_cast<trace::SplitMode>(p.mode);
-  r.order = static_cast<trace::CombineOrder>(p.order);
-  r.separate_new_kv = p.separate_new_kv;
-  r.splits = p.splits;
-  r.split_size = p.split_size;
-  r.k_tile = p.k_tile;
-  r.arrival = p.arrival;
-  return r;
-}
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -170,17 +158,7 @@ bool TraceRecorder::wants_rows(SiteId site) {
 
 void TraceRecorder::on_arrival(int64_t step, const RequestSpec& r) {
   LLMRR_RECORDER_GUARD_BEGIN
-  trace::RequestRecord rec;
-  rec.id = r.id;
-  rec.prompt = r.prompt;
-  rec.temperature = r.sampling.temperature;
-  rec.top_k = r.sampling.top_k;
-  rec.top_p = r.sampling.top_p;
-  rec.seed = r.sampling.seed;
-  rec.max_tokens = r.max_tokens;
-  rec.arrival_step = r.arrival_step;
-  rec.stop_at_eos = r.stop_at_eos;
-  rec.label = r.label;
+  trace::RequestRecord rec = to_request_record(r);
   if (options_.reference != nullptr) prompt_hashes_[r.id] = trace::prompt_hash(r.prompt);
   // The engine reports arrivals before on_step; a C ABI caller may add one inside a step.
   if (in_step_) {
@@ -198,23 +176,14 @@ void TraceRecorder::on_step(const StepInfo& s) {
   step_.arrivals.swap(pending_arrivals_);
   pending_arrivals_.clear();
   step_.segments.reserve(s.segments.size());
-  for (const BatchSegment& g : s.segments) {
-    trace::Segment seg;
-    seg.request = g.request;
-    seg.start = g.start;
-    seg.count = g.count;
-    seg.cached = g.cached;
-    seg.kind = static_cast<trace::SegmentKind>(g.kind);
-    seg.sample = g.sample;
-    step_.segments.push_back(seg);
-  }
+  for (const BatchSegment& g : s.segments) step_.segments.push_back(to_trace_segment(g));
   in_step_ = true;
   LLMRR_RECORDER_GUARD_END
 }
 
 void TraceRecorder::on_plan(int64_t step, SiteId site, const Plan& plan) {
   LLMRR_RECORDER_GUARD_BEGIN
-  step_.plans.push_back({site.packed(), to_record(plan)});
+  step_.plans.push_back({site.packed(), to_plan_record(plan)});
   LLMRR_RECORDER_GUARD_END
 }
 

@@ -5,58 +5,6 @@
 
 namespace llmrr::replay {
 
-Plan to_plan(const trace::PlanRecord& r) {
-  Plan p;
-  p.op = static_cast<OpKind>(r.op);
-  p.mode = static_cast<SplitMode>(r.mode);
-  p.order = static_cast<CombineOrder>(r.order);
-  p.separate_new_kv = r.separate_new_kv;
-  p.splits = r.splits;
-  p.split_size = r.split_size;
-  p.k_tile = r.k_tile;
-  p.arrival = r.arrival;
-  return p;
-}
-
-trace::PlanRecord to_plan_record(const Plan& p) {
-  trace::PlanRecord r;
-  r.op = static_cast<trace::OpKind>(p.op);
-  r.mode = static_cast<trace::SplitMode>(p.mode);
-  r.order = static_cast<trace::CombineOrder>(p.order);
-  r.separate_new_kv = p.separate_new_kv;
-  r.splits = p.splits;
-  r.split_size = p.split_size;
-  r.k_tile = p.k_tile;
-  r.arrival = p.arrival;
-  return r;
-}
-
-RequestSpec to_request_spec(const trace::RequestRecord& r) {
-  RequestSpec s;
-  s.id = r.id;
-  s.prompt = r.prompt;
-  s.sampling.temperature = r.temperature;
-  s.sampling.top_k = r.top_k;
-  s.sampling.top_p = r.top_p;
-  s.sampling.seed = r.seed;
-  s.max_tokens = r.max_tokens;
-  s.arrival_step = r.arrival_step;
-  s.stop_at_eos = r.stop_at_eos;
-  s.label = r.label;
-  return s;
-}
-
-BatchSegment to_segment(const trace::Segment& g) {
-  BatchSegment s;
-  s.request = g.request;
-  s.start = g.start;
-  s.count = g.count;
-  s.cached = g.cached;
-  s.kind = static_cast<SegmentKind>(g.kind);
-  s.sample = g.sample;
-  return s;
-}
-
 TraceFeed::TraceFeed(const trace::TraceReader& reader, ArrivalFn on_arrival, int64_t last_step)
     : reader_(reader),
       cursor_(reader.steps(std::numeric_limits<int64_t>::min(), last_step)),

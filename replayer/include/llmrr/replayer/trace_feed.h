@@ -18,17 +18,12 @@
 #include "llmrr/format/records.h"
 #include "llmrr/format/status.h"
 #include "llmrr/format/trace_reader.h"
+#include "llmrr/recorder/convert.h"  // to_plan, to_request_spec, to_segment
 #include "llmrr/runtime/engine.h"
 #include "llmrr/runtime/observer.h"
 #include "llmrr/runtime/policy.h"
 
 namespace llmrr::replay {
-
-// Record ↔ runtime conversions (the enums share their numeric values).
-Plan to_plan(const trace::PlanRecord& record);
-trace::PlanRecord to_plan_record(const Plan& plan);
-RequestSpec to_request_spec(const trace::RequestRecord& record);
-BatchSegment to_segment(const trace::Segment& segment);
 
 class TraceFeed : public ScheduleSource, public PlanSource, public RoutingSource {
  public:
