@@ -301,22 +301,13 @@ std::string SemanticChecker::check_step(const StepRecord& s, int64_t blob_count)
 
   // Valid: apply.
   for (const RequestRecord& r : s.arrivals) {
-    RequestSummary sum;
-    sum.id = r.id;
-    sum.arrival_step = s.step;
-    sum.prompt_len = static_cast<int32_t>(r.prompt.size());
-    sum.prompt_hash = prompt_hash(r.prompt);
-    sum.label = r.label;
     by_id_[r.id] = Req{requests_.size(), false};
-    requests_.push_back(std::move(sum));
+    requests_.push_back(arrival_summary(r, s.step));
   }
   for (const FinishRecord& f : s.finishes) {
     Req& q = by_id_[f.request];
     q.finished = true;
-    RequestSummary& sum = requests_[q.index];
-    sum.finish_step = s.step;
-    sum.generated = f.generated;
-    sum.reason = f.reason;
+    apply_finish(requests_[q.index], f, s.step);
   }
   if (!any_) first_step_ = s.step;
   any_ = true;

@@ -197,4 +197,20 @@ uint64_t prompt_hash(const std::vector<int32_t>& prompt) {
   return detail::xxh3(prompt.data(), prompt.size() * sizeof(int32_t));
 }
 
+RequestSummary arrival_summary(const RequestRecord& r, int64_t step) {
+  RequestSummary sum;
+  sum.id = r.id;
+  sum.arrival_step = step;
+  sum.prompt_len = static_cast<int32_t>(r.prompt.size());
+  sum.prompt_hash = prompt_hash(r.prompt);
+  sum.label = r.label;
+  return sum;
+}
+
+void apply_finish(RequestSummary& sum, const FinishRecord& f, int64_t step) {
+  sum.finish_step = step;
+  sum.generated = f.generated;
+  sum.reason = f.reason;
+}
+
 }  // namespace llmrr::trace

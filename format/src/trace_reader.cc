@@ -643,22 +643,13 @@ Status scan_frames(TraceReader::Impl& r) {
           std::string e = dec.decode(k, &rec);
           if (!e.empty()) return make_error(ErrorCode::kSemantic, r.where(i, f) + e);
           for (const RequestRecord& q : rec.arrivals) {
-            RequestSummary sum;
-            sum.id = q.id;
-            sum.arrival_step = rec.step;
-            sum.prompt_len = static_cast<int32_t>(q.prompt.size());
-            sum.prompt_hash = prompt_hash(q.prompt);
-            sum.label = q.label;
             by_id[q.id] = r.requests.size();
-            r.requests.push_back(std::move(sum));
+            r.requests.push_back(arrival_summary(q, rec.step));
           }
           for (const FinishRecord& fin : rec.finishes) {
             auto it = by_id.find(fin.request);
             if (it == by_id.end()) continue;
-            RequestSummary& sum = r.requests[it->second];
-            sum.finish_step = rec.step;
-            sum.generated = fin.generated;
-            sum.reason = fin.reason;
+            apply_finish(r.requests[it->second], fin, rec.step);
           }
           r.tokens += static_cast<int64_t>(rec.tokens.size());
         }

@@ -127,21 +127,12 @@ class TraceWriter::Impl {
     chunk_.add_step(step, &counters_);
     ++pending_steps_;
     pending_tokens_ += static_cast<int64_t>(step.tokens.size());
-    for (const RequestRecord& r : step.arrivals) {
-      RequestSummary sum;
-      sum.id = r.id;
-      sum.arrival_step = step.step;
-      sum.prompt_len = static_cast<int32_t>(r.prompt.size());
-      sum.prompt_hash = prompt_hash(r.prompt);
-      sum.label = r.label;
-      pending_arrived_.push_back(std::move(sum));
-    }
+    for (const RequestRecord& r : step.arrivals)
+      pending_arrived_.push_back(arrival_summary(r, step.step));
     for (const FinishRecord& f : step.finishes) {
       RequestSummary sum;
       sum.id = f.request;
-      sum.finish_step = step.step;
-      sum.generated = f.generated;
-      sum.reason = f.reason;
+      apply_finish(sum, f, step.step);
       pending_finished_.push_back(std::move(sum));
     }
     if (chunk_.size() >= opt_.chunk_target_bytes || chunk_.steps() >= opt_.max_steps_per_chunk ||

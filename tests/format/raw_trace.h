@@ -118,21 +118,13 @@ class RawTrace {
       ++steps_;
       tokens_ += static_cast<int64_t>(s.tokens.size());
       for (const RequestRecord& r : s.arrivals) {
-        RequestSummary sum;
-        sum.id = r.id;
-        sum.arrival_step = s.step;
-        sum.prompt_len = static_cast<int32_t>(r.prompt.size());
-        sum.prompt_hash = prompt_hash(r.prompt);
-        sum.label = r.label;
         index_[r.id] = requests_.size();
-        requests_.push_back(sum);
+        requests_.push_back(arrival_summary(r, s.step));
       }
       for (const FinishRecord& f : s.finishes) {
         auto it = index_.find(f.request);
         if (it == index_.end()) continue;
-        requests_[it->second].finish_step = s.step;
-        requests_[it->second].generated = f.generated;
-        requests_[it->second].reason = f.reason;
+        apply_finish(requests_[it->second], f, s.step);
       }
     }
     const int64_t first = b.first_step(), last = b.last_step();

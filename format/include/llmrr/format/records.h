@@ -332,4 +332,9 @@ struct KindBytes {
 // Hash of a prompt as RequestSummary::prompt_hash has it.
 uint64_t prompt_hash(const std::vector<int32_t>& prompt);
 
+// The summary of request `r`, whose arrival record is in step `step` (not finished yet).
+RequestSummary arrival_summary(const RequestRecord& r, int64_t step);
+// Records in `sum` the finish `f` found in step `step`.
+void apply_finish(RequestSummary& sum, const FinishRecord& f, int64_t step);
+
 }  // namespace llmrr::trace
