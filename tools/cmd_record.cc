@@ -17,6 +17,7 @@
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/recorder/requests_file.h"
 #include "llmrr/recorder/trace_recorder.h"
+#include "llmrr/replayer/run_config.h"
 #include "llmrr/runtime/engine.h"
 
 namespace {
@@ -81,24 +82,6 @@ class Progress : public Observer {
   std::chrono::steady_clock::time_point last_ = start_;
 };
 
-const char* arch_name(Arch a) {
-  switch (a) {
-    case Arch::kLlama:
-      return "llama";
-    case Arch::kMixtral:
-      return "mixtral";
-    case Arch::kQwen2Moe:
-      return "qwen2_moe";
-  }
-  return "unknown";
-}
-
-std::string weight_hash_text(uint64_t hash) {
-  char b[40];
-  std::snprintf(b, sizeof b, "xxh3-64:%016" PRIx64, hash);
-  return b;
-}
-
 std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                         "0123456789-_./:=,+@%") == std::string::npos) {
@@ -131,56 +114,19 @@ struct RecordOptions {
 // keys the replayer reads (dtype, weight_type, bf16_activations, scoring, attn_split,
 // overflow, capacity_factor) plus the exact command-line values ("engine_options").
 trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& ro,
-                             const cli::EngineSetup& s, const Engine& engine, int argc, char** argv,
+                             const cli::EngineSetup& s, int argc, char** argv,
                              const std::string& reference_run_id) {
   trace::RunHeader h = base_run_header();
   const LoadedModel& m = s.model;
-  const ModelConfig& mc = engine.model_config();  // overrides applied
-  h.model.name = m.identity;
-  h.model.path = m.source;
-  h.model.architecture = arch_name(mc.arch);
-  h.model.weight_hash = weight_hash_text(m.weight_hash);
-  h.model.weight_dtype = mc.weight_type == kernels::WeightType::kBF16 ? "bf16" : "f32";
-  h.model.compute_dtype = mc.bf16_activations ? "bf16" : "f32";
-  h.model.layers = mc.layers;
-  h.model.hidden = mc.hidden;
-  h.model.vocab = mc.vocab;
-  h.model.heads = mc.heads;
-  h.model.kv_heads = mc.kv_heads;
-  h.model.experts = mc.experts;
-  h.model.experts_per_token = mc.top_k;
-
-  const EngineConfig& c = s.config;
-  trace::EngineConfig& e = h.engine;
-  e.policy = s.policy_name;  // "production", "production+atomics", "invariant"
-  e.virtual_sms = s.device.sms;
-  e.blocks_per_sm = s.device.blocks_per_sm;
-  e.threads = c.threads;
-  e.max_batch_tokens = c.scheduler.max_batch_tokens;
-  e.max_seqs = c.scheduler.max_seqs;
-  e.prefill_chunk = c.scheduler.prefill_chunk;
-  e.kv_block_size = c.kv_block;
-  e.capacity_factor = c.capacity.enabled() ? static_cast<float>(c.capacity.factor) : 0.0f;
-  e.overflow = c.capacity.overflow == Overflow::kReroute ? trace::OverflowPolicy::kNextBest
-                                                         : trace::OverflowPolicy::kDrop;
-  e.atomics = o.atomics;
-  e.seed = o.seed;
-  e.load = o.load;
-
-  nlohmann::json x = nlohmann::json::object();
   const int32_t attn_split =
       o.attn_split > 0 ? o.attn_split : default_invariant_split_size(m.config.hidden);
-  if (o.policy == "invariant" || o.attn_split > 0) x["attn_split"] = attn_split;
+  // Model, engine config and the extra keys the replayer reads, as the replayer writes them.
+  replay::fill_run_header(&h, m, s.config, s.policy_name, s.device,
+                          o.policy == "invariant" || o.attn_split > 0 ? attn_split : 0, o.seed,
+                          o.load);
+  nlohmann::json x = nlohmann::json::parse(h.extra_config_json);
   if (!o.dtype.empty()) x["dtype"] = o.dtype;
-  if (c.weight_type) {
-    x["weight_type"] = *c.weight_type == kernels::WeightType::kBF16 ? "bf16" : "f32";
-  }
-  if (c.bf16_activations) x["bf16_activations"] = *c.bf16_activations;
-  if (c.scoring) x["scoring"] = *c.scoring == RouterScoring::kSigmoid ? "sigmoid" : "softmax";
-  if (c.capacity.enabled()) {
-    x["overflow"] = c.capacity.overflow == Overflow::kReroute ? "reroute" : "drop";
-  }
-  x["capacity_factor"] = c.capacity.enabled() ? c.capacity.factor : 0.0;
+  const EngineConfig& c = s.config;
   x["chat_template"] = s.chat;
   x["engine_options"] = {
       {"model", o.model},
@@ -363,7 +309,7 @@ int run_record_command(int argc, char** argv) {
   }
 
   trace::RunHeader header =
-      make_header(o, ro, s, e, argc, argv, reference ? reference->run_header().run_id : "");
+      make_header(o, ro, s, argc, argv, reference ? reference->run_header().run_id : "");
   Result<std::unique_ptr<TraceRecorder>> rec = TraceRecorder::open(ro.output, header, rec_opts);
   if (!rec.ok()) return fail(rec.status());
   TraceRecorder& recorder = **rec;
