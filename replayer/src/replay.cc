@@ -104,16 +104,7 @@ class Verifier final : public Observer {
     }
     if (!same) {
       std::vector<trace::Segment> got;
-      for (const BatchSegment& b : info.segments) {
-        trace::Segment g;
-        g.request = b.request;
-        g.start = b.start;
-        g.count = b.count;
-        g.cached = b.cached;
-        g.kind = static_cast<trace::SegmentKind>(b.kind);
-        g.sample = b.sample;
-        got.push_back(g);
-      }
+      for (const BatchSegment& b : info.segments) got.push_back(to_trace_segment(b));
       fail(info.step, "batch", "segments", segments_text(expect), segments_text(got));
       return;
     }
