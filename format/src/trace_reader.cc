@@ -15,6 +15,7 @@
 #include "check.h"
 #include "codec.h"
 #include "convert.h"
+#include "guarded.h"
 
 namespace llmrr::trace {
 
@@ -792,16 +793,7 @@ Status read_run_header(TraceReader::Impl& r) {
 // ---------------------------------------------------------------------------------------
 // TraceReader
 
-template <typename F>
-static auto guarded(const std::string& path, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return make_error(ErrorCode::kResourceLimit, path + ": out of memory");
-  } catch (const std::exception& e) {
-    return make_error(ErrorCode::kInternal, path + ": " + e.what());
-  }
-}
+using detail::guarded;
 
 Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path,
                                                        ReaderOptions options) {

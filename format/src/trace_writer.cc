@@ -20,6 +20,7 @@
 #include "check.h"
 #include "codec.h"
 #include "convert.h"
+#include "guarded.h"
 #include "llmrr/format/container.h"
 
 namespace llmrr::trace {
@@ -692,20 +693,7 @@ class TraceWriter::Impl {
   std::thread worker_;
 };
 
-namespace {
-
-template <typename F>
-auto guarded(const std::string& path, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return make_error(ErrorCode::kResourceLimit, path + ": out of memory");
-  } catch (const std::exception& e) {
-    return make_error(ErrorCode::kInternal, path + ": " + e.what());
-  }
-}
-
-}  // namespace
+using detail::guarded;
 
 Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path,
                                                        WriterOptions options) {

@@ -10,6 +10,7 @@
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/format/trace_writer.h"
 #include "sample_records.h"
+#include "test_util.h"
 
 namespace llmrr::trace {
 namespace {
@@ -17,17 +18,8 @@ namespace {
 using testing::sample_header;
 using testing::SampleRun;
 
-std::string temp_path(const std::string& name) {
-  const char* dir = std::getenv("TMPDIR");
-  std::string base = dir ? dir : "/tmp";
-  return base + "/llmrr_format_" + std::to_string(::getpid()) + "_" + name + ".trace";
-}
-
-struct TempFile {
-  explicit TempFile(const std::string& name) : path(temp_path(name)) {}
-  ~TempFile() { std::remove(path.c_str()); }
-  std::string path;
-};
+using testing::temp_path;
+using testing::TempFile;
 
 void write_trace(const std::string& path, const std::vector<StepRecord>& steps,
                  WriterOptions opt = {}, int blobs = 0) {
