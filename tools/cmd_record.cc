@@ -206,7 +206,9 @@ int run_record_command(int argc, char** argv) {
   app.add_option("--reference", ro.reference,
                  "store full-logit blobs as XOR against this trace's (near-identical runs "
                  "then cost almost nothing)");
-  app.add_option("--zstd-level", ro.zstd_level, "trace compression: 0 none, 1 fastest (default; near-random fingerprint bytes stored), 2-19 zstd on everything (2: ~10 % smaller)");
+  app.add_option("--zstd-level", ro.zstd_level,
+                 "trace compression: 0 none, 1 fastest (default; near-random fingerprint bytes "
+                 "stored), 2-19 zstd on everything (2: ~10 % smaller)");
   app.add_flag("-q,--quiet", ro.quiet, "no progress bar and no summary");
   app.add_option("-o,--output", ro.output, "trace file to write")->required();
   try {

@@ -85,8 +85,8 @@ TEST(Codec, SpansAreSeparateFramesThatDecodeAsOneStream) {
 
   // A span that is not near-random is compressed with its neighbours after all.
   Buffer judged;
-  ASSERT_TRUE(z.compress_spans(raw.data(), raw.size(), 1, {{0, 5000}, {55300, 63300}}, &judged,
-                               &err));
+  ASSERT_TRUE(
+      z.compress_spans(raw.data(), raw.size(), 1, {{0, 5000}, {55300, 63300}}, &judged, &err));
   EXPECT_EQ(z.last_frames(), 1u);
   EXPECT_EQ(decode(judged, raw.size()), raw);
 

@@ -78,9 +78,14 @@ TEST(Fingerprint, VectorPathIsBitIdenticalToTheScalarDefinition) {
   // Every row length around the 8-wide steps, with awkward values (±0, ±inf, subnormals,
   // huge squares, ties) and NaN at the start, middle or tail.
   std::mt19937_64 rng(7);
-  const float specials[] = {0.0f,  -0.0f, std::numeric_limits<float>::infinity(),
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::denorm_min(), -1e-40f, 3e38f, 1.25f};
+                            std::numeric_limits<float>::denorm_min(),
+                            -1e-40f,
+                            3e38f,
+                            1.25f};
   for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 258, 576, 1000, 49152, 49157}) {
     for (int fill = 0; fill < 3; ++fill) {
       for (int nan_at : {-1, 0, 5}) {

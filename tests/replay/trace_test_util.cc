@@ -19,7 +19,6 @@
 
 namespace llmrr::rtest {
 
-
 std::string temp_path(const std::string& name) {
   static test::TempDir dir("llmrr-replay");
   return dir.file(name);

@@ -28,7 +28,6 @@ using test::bytes;
 // A fresh directory for this test process (removed at exit); paths inside it.
 std::string temp_path(const std::string& name);
 
-
 // The target (id 0, `prompt`) plus `load` synthetic requests (ids 1..load), all greedy,
 // stop_at_eos false (so that forced schedules never meet a finished request).
 std::vector<RequestSpec> target_and_load(const LoadedModel& model, const std::string& prompt,

@@ -15,8 +15,8 @@ RequestSpec request(RequestId id, const std::vector<int32_t>& prompt, int32_t ma
 }
 
 EngineRun run_requests(const LoadedModel& model, const EngineConfig& config,
-                 std::shared_ptr<Policy> policy, const std::vector<RequestSpec>& requests,
-                 MemoryTrace::Options options) {
+                       std::shared_ptr<Policy> policy, const std::vector<RequestSpec>& requests,
+                       MemoryTrace::Options options) {
   EngineRun run;
   auto e = Engine::create(model, config, std::move(policy));
   EXPECT_TRUE(e.ok()) << e.status().to_string();
@@ -34,7 +34,8 @@ EngineRun run_requests(const LoadedModel& model, const EngineConfig& config,
 }
 
 EngineRun replay(const LoadedModel& model, const EngineConfig& config, MemoryTrace& recorded,
-           RoutingMode routing, std::optional<RequestId> isolated, MemoryTrace::Options options) {
+                 RoutingMode routing, std::optional<RequestId> isolated,
+                 MemoryTrace::Options options) {
   EngineRun run;
   auto e = Engine::create(model, config, make_forced_policy(&recorded));
   EXPECT_TRUE(e.ok()) << e.status().to_string();
@@ -75,7 +76,9 @@ std::shared_ptr<Policy> production(bool atomics) {
   return make_production_policy(o);
 }
 
-std::shared_ptr<Policy> invariant() { return make_invariant_policy(64); }
+std::shared_ptr<Policy> invariant() {
+  return make_invariant_policy(64);
+}
 
 namespace {
 

@@ -30,14 +30,14 @@ struct EngineRun {
 
 // Builds an engine, adds `requests`, runs to the end. Fails the test on any error.
 EngineRun run_requests(const LoadedModel& model, const EngineConfig& config,
-                 std::shared_ptr<Policy> policy, const std::vector<RequestSpec>& requests,
-                 MemoryTrace::Options options = {});
+                       std::shared_ptr<Policy> policy, const std::vector<RequestSpec>& requests,
+                       MemoryTrace::Options options = {});
 
 // Replays `recorded` with its schedule, plans and routing forced.
 EngineRun replay(const LoadedModel& model, const EngineConfig& config, MemoryTrace& recorded,
-           RoutingMode routing = RoutingMode::kForce,
-           std::optional<RequestId> isolated = std::nullopt,
-           MemoryTrace::Options options = {});
+                 RoutingMode routing = RoutingMode::kForce,
+                 std::optional<RequestId> isolated = std::nullopt,
+                 MemoryTrace::Options options = {});
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
 
