@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "llmrr/kernels/plan.h"
+#include "llmrr/recorder/convert.h"
 #include "llmrr/runtime/site.h"
 
 namespace llmrr::cli {
@@ -17,16 +18,7 @@ uint64_t site_order(uint64_t packed_site) {
 }
 
 std::string plan_text(const trace::PlanRecord& p) {
-  Plan plan;
-  plan.op = static_cast<OpKind>(p.op);
-  plan.mode = static_cast<SplitMode>(p.mode);
-  plan.order = static_cast<CombineOrder>(p.order);
-  plan.separate_new_kv = p.separate_new_kv;
-  plan.splits = p.splits;
-  plan.split_size = p.split_size;
-  plan.k_tile = p.k_tile;
-  plan.arrival = p.arrival;
-  std::string s = plan_to_string(plan);
+  std::string s = plan_to_string(to_plan(p));
   if (s.empty()) s = "unknown op " + std::to_string(static_cast<int>(p.op));
   return s;
 }
