@@ -4,7 +4,7 @@
 #include <string_view>
 #include <utility>
 
-#define LLMRR_COMMAND(name) int run_##name##_command(int argc, char** argv);
+#define LLMRR_COMMAND(name, cli_name) int run_##name##_command(int argc, char** argv);
 #include "commands.inc"
 #undef LLMRR_COMMAND
 
@@ -16,7 +16,7 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-#define LLMRR_COMMAND(name) {#name, &run_##name##_command},
+#define LLMRR_COMMAND(name, cli_name) {cli_name, &run_##name##_command},
 #include "commands.inc"
 #undef LLMRR_COMMAND
 };
@@ -31,6 +31,13 @@ const char* describe(std::string_view name) {
       {"inspect", "summarize a trace: header, requests, steps, sizes per record kind"},
       {"dump", "print a trace's records as text or JSON lines"},
       {"verify", "check a trace's checksums, schema and semantics"},
+      {"bisect", "find the smallest set of B's factors that reproduces B's split when replaying A"},
+      {"fuzz", "run a prompt under many batch compositions and report what splits it"},
+      {"report", "write a self-contained HTML report of one trace or of two runs' split"},
+      {"pack", "bundle traces (optionally redacted to one request) into a shareable file"},
+      {"unpack", "extract a bundle written by llmrr pack"},
+      {"export", "export a trace to Perfetto / Chrome trace JSON or to .npy files"},
+      {"record-cuda", "record the kernel sequence of an unmodified CUDA program (CUPTI)"},
   };
   for (const auto& [n, line] : kLines) {
     if (n == name) return line;
@@ -45,7 +52,7 @@ void usage(std::FILE* out) {
                "usage: llmrr <command> [options]   (llmrr <command> --help for each)\n"
                "\n"
                "commands:\n");
-  for (const Command& c : kCommands) std::fprintf(out, "  %-9s %s\n", c.name, describe(c.name));
+  for (const Command& c : kCommands) std::fprintf(out, "  %-11s %s\n", c.name, describe(c.name));
   std::fprintf(out,
                "\n"
                "exit codes: 0 ok / same, 1 runs differ, 2 bad input or usage, 3 internal error\n");
