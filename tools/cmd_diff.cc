@@ -1,5 +1,5 @@
 // llmrr diff A.trace B.trace: where two runs of the same requests split and why. Requests
-// are aligned by prompt hash and sampling params (or --request), positions by position; for
+// are aligned by prompt hash and sampling params (or --align, --request), positions by position; for
 // each common request the story says: identical, numerical split only, or visible split,
 // the first step and site where the rows differ, and the recorded factor that differs there
 // (batch composition, the plans of the ops feeding that site, expert routing, arrival-order
@@ -35,6 +35,11 @@ int run_diff_command(int argc, char** argv) {
   int explained = 8;
   app.add_option("A", a, "first trace")->required();
   app.add_option("B", b, "second trace")->required();
+  std::string align = "params";
+  app.add_option("--align", align,
+                 "pair requests by 'params' (prompt hash + the sampling params that can change "
+                 "the output; the default), 'prompt' (prompt hash alone) or 'ids' (request id)")
+      ->check(CLI::IsMember({"params", "prompt", "ids"}));
   app.add_option("--request", request,
                  "compare one request: R (the same id in both) or RA:RB (explicit ids)");
   app.add_option("--model", o.model,
@@ -47,8 +52,10 @@ int run_diff_command(int argc, char** argv) {
       "Examples:\n"
       "  llmrr diff alone.trace loaded.trace\n"
       "  llmrr diff a.trace b.trace --request 3 --json\n"
+      "  llmrr diff a.trace b.trace --align ids      # request k of A against request k of B\n"
       "\n"
-      "Exit codes: 0 identical, 1 the runs differ, 2 bad input, 3 internal error.");
+      "Exit codes: 0 identical, 1 the runs differ, 2 bad input or nothing in common (the\n"
+      "message says which alignment keys differed), 3 internal error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (!request.empty()) {
     RequestId ra = 0, rb = 0;
@@ -63,6 +70,9 @@ int run_diff_command(int argc, char** argv) {
     }
     o.request = std::make_pair(ra, rb);
   }
+  o.align = align == "ids"      ? replay::AlignBy::kIds
+            : align == "prompt" ? replay::AlignBy::kPrompt
+                                : replay::AlignBy::kPromptAndParams;
   if (o.continuation < 0 || o.continuation > 4096) {
     return cli::report("diff",
                        make_error(ErrorCode::kInvalidArgument, "--tokens must be in [0, 4096]"));

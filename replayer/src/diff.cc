@@ -54,11 +54,19 @@ struct SampleInfo {
 
 using AlignKey = std::tuple<uint64_t, uint32_t, int32_t, uint32_t, uint64_t>;
 
-AlignKey align_key(const trace::RequestRecord& r) {
+// Greedy decoding (temperature <= 0, as the sampler treats it) ignores top-k, top-p and the
+// seed, so they are not part of the key then: a run recorded with --seed aligns with one
+// recorded without.
+bool greedy(const trace::RequestRecord& r) { return !(r.temperature > 0.0f); }
+
+AlignKey align_key(const trace::RequestRecord& r, AlignBy by) {
+  if (by == AlignBy::kIds) return {r.id, 0, 0, 0, 0};
+  const uint64_t ph = trace::prompt_hash(r.prompt);
+  if (by == AlignBy::kPrompt || greedy(r)) return {ph, 0, 0, 0, 0};
   uint32_t t, p;
   std::memcpy(&t, &r.temperature, 4);
   std::memcpy(&p, &r.top_p, 4);
-  return {trace::prompt_hash(r.prompt), t, r.top_k, p, r.seed};
+  return {ph, t, r.top_k, p, r.seed};
 }
 
 struct ReqSummary {
@@ -102,8 +110,8 @@ T& at_grow(std::vector<T>& v, size_t i, const T& fill = T()) {
 // Streams one trace, one step per next(), emitting each request's summary when complete.
 class Scanner {
  public:
-  Scanner(const trace::TraceReader& reader, DigestSites which, EmitFn emit)
-      : cur_(reader.steps()), which_(which), emit_(std::move(emit)) {}
+  Scanner(const trace::TraceReader& reader, DigestSites which, AlignBy align, EmitFn emit)
+      : cur_(reader.steps()), which_(which), align_(align), emit_(std::move(emit)) {}
 
   // Processes one step; false at the end (after emitting the requests still running).
   Result<bool> next() {
@@ -130,7 +138,7 @@ class Scanner {
         r.rec = std::move(a);
         r.have_rec = true;
         r.arrival_index = arrivals_++;
-        r.key = align_key(r.rec);
+        r.key = align_key(r.rec, align_);
         r.occurrence = occurrences_[r.key]++;
       }
     }
@@ -204,6 +212,7 @@ class Scanner {
 
   trace::StepCursor cur_;
   DigestSites which_;
+  AlignBy align_ = AlignBy::kPromptAndParams;
   EmitFn emit_;
   trace::StepRecord s_;
   bool done_ = false;
@@ -404,7 +413,10 @@ std::vector<uint16_t> arrival_of_row(const trace::PlanRecord& p, int64_t rows, i
 
 std::string arrival_str(const std::vector<uint16_t>& a) {
   std::string s;
-  for (size_t i = 0; i < a.size(); ++i) s += (i ? "," : "") + std::to_string(a[i]);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(a[i]);
+  }
   return s;
 }
 
@@ -455,7 +467,10 @@ class TextDecoder {
   std::string text(const std::vector<int32_t>& ids) const {
     if (!tok_) {
       std::string s;
-      for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (i) s += ' ';
+        s += std::to_string(ids[i]);
+      }
       return s;
     }
     return printable(tok_->decode(ids));
@@ -864,7 +879,57 @@ class Matcher {
   }
   bool found(int side) const { return found_[side]; }
 
+  // After both scans found no pair: which keys differed, for the first unmatched request of
+  // A (in arrival order) against B's requests.
+  std::string why_unmatched() const {
+    const ReqSummary* first = nullptr;
+    for (const auto& [k, r] : pending_[0]) {
+      if (!first || r.arrival_index < first->arrival_index) first = &r;
+    }
+    if (!first) return "A has no request";
+    const trace::RequestRecord& ra = first->rec;
+    const uint64_t ph = trace::prompt_hash(ra.prompt);
+    std::string who = "A's request " + std::to_string(ra.id);
+    if (o_.align == AlignBy::kIds) {
+      return who + " has no request of the same id in B (B's ids start at " +
+             std::to_string(first_id(1)) + ")";
+    }
+    for (const auto& [k, r] : pending_[1]) {
+      if (trace::prompt_hash(r.rec.prompt) != ph) continue;
+      const trace::RequestRecord& rb = r.rec;
+      std::string d;
+      auto add = [&](const char* name, const std::string& x, const std::string& y) {
+        if (x == y) return;
+        if (!d.empty()) d += ", ";
+        d.append(name).append(" ").append(x).append(" vs ").append(y);
+      };
+      add("temperature", fmt_float(ra.temperature), fmt_float(rb.temperature));
+      add("top-k", std::to_string(ra.top_k), std::to_string(rb.top_k));
+      add("top-p", fmt_float(ra.top_p), fmt_float(rb.top_p));
+      add("seed", std::to_string(ra.seed), std::to_string(rb.seed));
+      return who + " and B's request " + std::to_string(rb.id) +
+             " have the same prompt but different sampling params (" + d + ")";
+    }
+    return who + "'s prompt (" + std::to_string(ra.prompt.size()) +
+           " tokens) is not the prompt of any request of B";
+  }
+
  private:
+  static std::string fmt_float(float v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+    return buf;
+  }
+  RequestId first_id(int side) const {
+    RequestId best = 0;
+    bool any = false;
+    for (const auto& [k, r] : pending_[side]) {
+      if (!any || r.rec.id < best) best = r.rec.id;
+      any = true;
+    }
+    return best;
+  }
+
   // (prompt hash, sampling params, occurrence of that key in its trace) — or, with explicit
   // ids, one key for the one request of each side.
   using Key = std::tuple<AlignKey, uint32_t>;
@@ -909,6 +974,18 @@ Status logits_distance(trace::TraceReader& a, trace::TraceReader& b, RequestDiff
 }
 
 }  // namespace
+
+const char* align_by_name(AlignBy a) {
+  switch (a) {
+    case AlignBy::kPromptAndParams:
+      return "prompt hash and sampling params";
+    case AlignBy::kPrompt:
+      return "prompt hash";
+    case AlignBy::kIds:
+      return "request id";
+  }
+  return "?";
+}
 
 const char* verdict_name(Verdict v) {
   switch (v) {
@@ -972,8 +1049,8 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
                         "): rows are compared at the sites both hold");
   }
   Matcher matcher(o);
-  Scanner scan_a(*a, which, [&](ReqSummary&& r) { matcher.add(0, std::move(r)); });
-  Scanner scan_b(*b, which, [&](ReqSummary&& r) { matcher.add(1, std::move(r)); });
+  Scanner scan_a(*a, which, o.align, [&](ReqSummary&& r) { matcher.add(0, std::move(r)); });
+  Scanner scan_b(*b, which, o.align, [&](ReqSummary&& r) { matcher.add(1, std::move(r)); });
   auto drain = [](Scanner& sc) -> Status {
     for (;;) {
       ASSIGN_OR_RETURN(bool more, sc.next());
@@ -1022,11 +1099,17 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
                                                          std::to_string(o.request->second));
     }
   } else {
-    rep.alignment = "prompt hash and sampling params";
+    rep.alignment = align_by_name(o.align);
     rep.only_a = matcher.unmatched(0);
     rep.only_b = matcher.unmatched(1);
   }
   std::vector<PairWork> pairs = matcher.take_pairs();
+  if (pairs.empty() && !o.request && !rep.only_a.empty() && !rep.only_b.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "nothing to compare: no request of " + a_path + " matches one of " +
+                          b_path + " by " + rep.alignment + ": " + matcher.why_unmatched() +
+                          " (--align prompt|ids, or --request RA:RB, pairs them anyway)");
+  }
 
   uint64_t ha = 0, hb = 0;
   bool weights_differ = parse_weight_hash(rep.a_header.model.weight_hash, &ha) &&

@@ -38,7 +38,10 @@ std::string float_text(float v) {
 
 std::string ints_text(const int32_t* v, size_t n) {
   std::string s = "[";
-  for (size_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < n; ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
   return s + "]";
 }
 

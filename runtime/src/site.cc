@@ -74,7 +74,9 @@ std::string site_name(SiteId s) {
     case SiteKind::kLogits: return "logits";
     default: break;
   }
-  std::string prefix = "L" + std::to_string(s.layer) + ".";
+  std::string prefix = "L";
+  prefix += std::to_string(s.layer);
+  prefix += '.';
   for (const KindName& k : kExpertKinds) {
     if (k.kind == s.kind) return prefix + "moe.e" + std::to_string(s.expert) + "." + k.suffix;
   }

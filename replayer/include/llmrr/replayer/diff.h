@@ -7,8 +7,10 @@
 // decoded chunk per trace plus a few dozen bytes per (request, position)) and keeps, per
 // request row, the step and batch row that computed it and an order-free digest of its
 // fingerprints at every site; per sampled row its logits fingerprint, top two and token.
-// Requests are aligned by prompt hash and sampling params (or by explicit ids), positions
-// by position. The second pass reads, by random access, only the few steps that explain
+// Requests are aligned by prompt hash and the sampling params that can change the output
+// (temperature, top-k, top-p, and the seed only when temperature > 0: at temperature 0 the
+// choice is greedy and none of them matters), or by prompt alone, or by request id, or one
+// explicit pair; positions by position. The second pass reads, by random access, only the few steps that explain
 // each split: the first differing row's step in each run, where the first differing site
 // (forward order, SiteId::operator<) among the sites both traces hold for that row is
 // found, and the causes present there: batch composition, the plans of the ops that feed
@@ -27,7 +29,17 @@
 
 namespace llmrr::replay {
 
+// How requests of A are paired with requests of B (the n-th occurrence of a key in A with the
+// n-th in B).
+enum class AlignBy : uint8_t {
+  kPromptAndParams = 0,  // prompt hash + the sampling params that can change the output
+  kPrompt = 1,           // prompt hash alone
+  kIds = 2,              // request id
+};
+const char* align_by_name(AlignBy a);  // "prompt hash and sampling params", "prompt hash", ...
+
 struct DiffOptions {
+  AlignBy align = AlignBy::kPromptAndParams;
   // Compare these two requests only (A's id, B's id) instead of aligning by prompt.
   std::optional<std::pair<RequestId, RequestId>> request;
   // Model spec for decoding token text ("" = as A's header records, "none" = print ids).
@@ -132,7 +144,7 @@ struct DiffReport {
   int64_t a_last_step = -1, b_last_step = -1;
   int64_t a_steps = 0, b_steps = 0;
   int64_t a_requests = 0, b_requests = 0;
-  std::string alignment;  // "prompt hash and sampling params" or "explicit ids"
+  std::string alignment;  // align_by_name(options.align), or "explicit ids"
   std::vector<std::string> header_differences;  // "policy: production vs invariant", ...
   std::vector<RequestDiff> requests;            // common requests, A's arrival order
   std::vector<RequestId> only_a, only_b;
@@ -142,6 +154,9 @@ struct DiffReport {
   bool identical() const;
 };
 
+// A pair of traces with requests on both sides but none in common is an error
+// (kInvalidArgument) whose message says which alignment keys differed: there is nothing to
+// compare, which is neither "identical" nor "differ".
 Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_path,
                                const DiffOptions& options = {});
 
