@@ -26,12 +26,16 @@ using namespace llmrr;
 
 constexpr const char* kCmd = "llmrr record";
 
-int fail(const Status& st) {
+std::string one_line(const Status& st) {
   std::string msg = st.to_string();
   for (char& c : msg) {
     if (c == '\n') c = ' ';
   }
-  std::fprintf(stderr, "%s: error: %s\n", kCmd, msg.c_str());
+  return msg;
+}
+
+int fail(const Status& st) {
+  std::fprintf(stderr, "%s: error: %s\n", kCmd, one_line(st).c_str());
   return exit_code_for(st);
 }
 
@@ -313,7 +317,19 @@ int run_record_command(int argc, char** argv) {
   trace::RunHeader header =
       make_header(o, ro, s, argc, argv, reference ? reference->run_header().run_id : "");
   Result<std::unique_ptr<TraceRecorder>> rec = TraceRecorder::open(ro.output, header, rec_opts);
-  if (!rec.ok()) return fail(rec.status());
+  if (!rec.ok()) {
+    // The recorder never costs the user the run: the text is generated and printed as
+    // without recording, and the exit status (2) says no trace was written.
+    std::fprintf(stderr, "%s: error: %s\n%s: no trace is written; the run goes on without it\n",
+                 kCmd, one_line(rec.status()).c_str(), kCmd);
+    cli::TextStream stream(s.model.tokenizer.get(), s.target, e.model_config().eos);
+    e.add_observer(&stream);
+    Status run = e.run();
+    std::printf("\n");
+    std::fflush(stdout);
+    if (!run.ok()) return fail(run);
+    return exit_code_for(rec.status());
+  }
   TraceRecorder& recorder = **rec;
 
   e.add_observer(&recorder);
