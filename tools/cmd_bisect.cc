@@ -36,7 +36,7 @@ class Bar {
     const double secs = std::chrono::duration<double>(now - start_).count();
     std::fprintf(stderr,
                  "\r\033[K[bisect %s split] %" PRId64 " replays, %" PRId64
-                 " factors in the current set, %.1f s",
+                 " factors in the current candidate, %.1f s",
                  phase.c_str(), replays, candidates, secs);
     drawn_ = true;
   }

@@ -364,7 +364,7 @@ void BisectSession::Impl::list_factors(int32_t horizon) {
     for (const trace::Routing& x : sa.routing) {
       const trace::Routing* y = find_routing(sb.routing, x.layer);
       if (!y || y->k != x.k) continue;
-      std::string a_rows, b_rows;
+      std::string a_rows, b_rows, change;
       int differing = 0;
       for (int32_t r = 0; r < sa.own.count; ++r) {
         const int64_t ra_row = sa.row0 + r, rb_row = sb.row0 + r;
@@ -375,24 +375,24 @@ void BisectSession::Impl::list_factors(int32_t horizon) {
           same &= x.experts[p] == y->experts[q] && x.outcome[p] == y->outcome[q];
         }
         if (same) continue;
-        if (++differing <= 3) {
-          const std::string pos = "position " + std::to_string(sa.own.start + r) + ": ";
-          a_rows += (a_rows.empty() ? "" : "; ") + pos + experts_text(x, ra_row);
-          b_rows += (b_rows.empty() ? "" : "; ") + pos + experts_text(*y, rb_row);
+        const std::string pos = "position " + std::to_string(sa.own.start + r) + " ";
+        a_rows += (a_rows.empty() ? "" : "; ") + pos + experts_text(x, ra_row);
+        b_rows += (b_rows.empty() ? "" : "; ") + pos + experts_text(*y, rb_row);
+        if (++differing <= 2) {
+          change += (change.empty() ? "" : "; ") + pos + experts_text(x, ra_row) + " → " +
+                    experts_text(*y, rb_row);
         }
       }
       if (differing == 0) continue;
-      if (differing > 3) {
-        a_rows += "; ... (" + std::to_string(differing) + " rows)";
-        b_rows += "; ... (" + std::to_string(differing) + " rows)";
-      }
+      if (differing > 2) change += "; ...";
       Factor f = base(FactorKind::kRouting);
       f.layer = x.layer;
       f.site_name = "routing L" + std::to_string(x.layer);
       f.a_text = a_rows;
       f.b_text = b_rows;
-      f.text = "the routing at layer " + std::to_string(x.layer) + " at " + at_steps(f) +
-               " (" + a_rows + " → " + b_rows + ")";
+      f.text = "the routing of " +
+               (differing == 1 ? std::string("1 token") : std::to_string(differing) + " tokens") +
+               " at layer " + std::to_string(x.layer) + " at " + at_steps(f) + " (" + change + ")";
       out.push_back(std::move(f));
     }
   }
