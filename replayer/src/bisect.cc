@@ -259,7 +259,9 @@ struct BisectSession::Impl {
   Outcome replay(const std::vector<int32_t>& set, int32_t through);
   void add_side_step(const Side& side, const SideStep& st, bool is_b, ListSchedule* sched,
                      PlanTable* plans, TableRouting* routing) const;
-  SearchResult search(bool visible, int32_t through, int32_t universe);
+  // `seed`: a set that may already reproduce (the numerical split's, for the visible one).
+  SearchResult search(bool visible, int32_t through, int32_t universe,
+                      const std::vector<int32_t>& seed = {});
 };
 
 Status BisectSession::Impl::build_units(int32_t horizon) {
@@ -539,7 +541,8 @@ BisectSession::Outcome BisectSession::Impl::replay(const std::vector<int32_t>& s
   return out;
 }
 
-SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t universe) {
+SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t universe,
+                                         const std::vector<int32_t>& seed) {
   SearchResult res;
   res.universe = universe;
   res.position = visible ? report.visible_position : report.split_position;
@@ -593,8 +596,16 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
     return res;
   }
   res.ran = true;
+  // ddmin's elements: every factor, or the seed when it reproduces already (a 1-minimal
+  // subset of it is 1-minimal, whatever set the search started from).
+  std::vector<int32_t> elems = all;
+  if (!seed.empty() && seed.size() < all.size() && pred(eval(seed))) {
+    elems = seed;
+    res.seeded = true;
+  }
+  tell(static_cast<int64_t>(elems.size()));
   std::vector<DdminKey> keys;
-  for (int32_t i = 0; i < universe; ++i) {
+  for (int32_t i : elems) {
     const Factor& f = report.factors[static_cast<size_t>(i)];
     // Within a step: embed, then layer by layer, then final_norm and logits, then routing.
     const SiteId site = SiteId::unpack(f.site);
@@ -607,7 +618,11 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
   const int jobs = std::max(1, options.jobs);
   DdminTest test = [&](const std::vector<std::vector<int>>& cands) -> int {
     std::vector<std::vector<int32_t>> sets;
-    for (const std::vector<int>& c : cands) sets.emplace_back(c.begin(), c.end());
+    for (const std::vector<int>& c : cands) {
+      std::vector<int32_t> set;
+      for (int k : c) set.push_back(elems[static_cast<size_t>(k)]);
+      sets.push_back(std::move(set));
+    }
     for (size_t from = 0; from < sets.size(); from += static_cast<size_t>(jobs)) {
       const size_t to = std::min(sets.size(), from + static_cast<size_t>(jobs));
       std::vector<char> ok(to - from, 0);
@@ -627,8 +642,7 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
     }
     return -1;
   };
-  std::vector<int> m = ddmin(keys, test);
-  res.minimal.assign(m.begin(), m.end());
+  for (int k : ddmin(keys, test)) res.minimal.push_back(elems[static_cast<size_t>(k)]);
   res.replays = replays.load() - before;
   if (res.minimal.size() == 1) {
     res.conclusion = report.factors[static_cast<size_t>(res.minimal[0])].text + " alone reproduces it";
@@ -762,6 +776,15 @@ Result<std::unique_ptr<BisectSession>> BisectSession::open(const std::string& a_
                         " common requests are identical");
     return std::unique_ptr<BisectSession>(new BisectSession(std::move(impl)));
   }
+  if (!options.request) {
+    int others = -1;
+    for (const RequestDiff& r : d.requests) others += r.verdict != Verdict::kIdentical;
+    if (others > 0) {
+      rep.notes.push_back(std::to_string(others) + " more common request" +
+                          (others == 1 ? "" : "s") +
+                          " split too; bisect one of them with --request R");
+    }
+  }
   rep.request_a = pick->a;
   rep.request_b = pick->b;
   rep.label = pick->label;
@@ -845,7 +868,8 @@ BisectReport BisectSession::run() {
     rep.numerical.target = "B's logits at " + pos + ", bit for bit";
   }
   if (rep.visible_position >= 0) {
-    rep.visible = s.search(true, rep.visible_position - 1, static_cast<int32_t>(rep.factors.size()));
+    rep.visible = s.search(true, rep.visible_position - 1, static_cast<int32_t>(rep.factors.size()),
+                           rep.numerical.ran ? rep.numerical.minimal : std::vector<int32_t>{});
     std::string tok = std::to_string(rep.token_b);
     if (s.model && s.model->tokenizer && rep.token_b >= 0) {
       const int32_t id = rep.token_b;

@@ -8,6 +8,10 @@
 namespace llmrr::replay {
 namespace {
 
+std::string plural(int64_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string position_text(const BisectReport& r, int32_t p) {
   if (p < r.prompt_len) return "prompt position " + std::to_string(p);
   return "position " + std::to_string(p) + " (token " + std::to_string(p - r.prompt_len) + ")";
@@ -40,9 +44,11 @@ void search_story(const BisectReport& r, const char* what, const SearchResult& s
     return;
   }
   *out += s.conclusion + ".\n";
-  *out += "  " + std::to_string(s.minimal.size()) + " of " + std::to_string(s.universe) +
-          " factors (" + count_by_kind(r, s.universe) + "), " + std::to_string(s.replays) +
-          " replays.\n";
+  *out += "  " + std::to_string(s.minimal.size()) + " of " + plural(s.universe, "factor") +
+          " (" + count_by_kind(r, s.universe) + "), " + plural(s.replays, "replay") +
+          (s.seeded ? " (searched within the numerical split's set, which reproduces it too)"
+                    : "") +
+          ".\n";
 }
 
 nlohmann::json factor_json(const Factor& f) {
@@ -65,6 +71,7 @@ nlohmann::json search_json(const BisectReport& r, const SearchResult& s) {
                       {"target", s.target},
                       {"position", s.position},
                       {"universe", s.universe},
+                      {"seeded", s.seeded},
                       {"replays", s.replays},
                       {"conclusion", s.conclusion}};
   nlohmann::json m = nlohmann::json::array();
@@ -98,9 +105,10 @@ std::string format_bisect_report(const BisectReport& r) {
     out += "numerical split only, logits first differ at " + position_text(r, r.split_position);
   }
   out += ".\n";
-  out += std::to_string(r.factors.size()) + " factors differ up to the split (" +
+  out += plural(static_cast<int64_t>(r.factors.size()), "factor") +
+         (r.factors.size() == 1 ? " differs" : " differ") + " up to the split (" +
          count_by_kind(r, static_cast<int32_t>(r.factors.size())) + ", over " +
-         std::to_string(r.units) + " steps of the request); routing " + r.routing_mode + " (" +
+         plural(r.units, "step") + " of the request); routing " + r.routing_mode + " (" +
          r.routing_reason + ").\n";
   if (r.split_position >= 0) search_story(r, "numerical", r.numerical, &out);
   if (r.visible_position >= 0) search_story(r, "visible", r.visible, &out);

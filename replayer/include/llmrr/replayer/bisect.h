@@ -92,6 +92,7 @@ struct SearchResult {
   int32_t position = -1;          // P (a row) or V (a token position)
   int32_t universe = 0;           // factors that can act on it (steps up to that row)
   std::vector<int32_t> minimal;   // indices into BisectReport::factors, in order
+  bool seeded = false;            // searched within the numerical split's set (it reproduced)
   int64_t replays = 0;            // replays this search ran (cache hits not counted)
   std::string conclusion;         // "... alone reproduces it"
 };
@@ -121,7 +122,9 @@ struct BisectReport {
 // Errors: unreadable traces; the two traces record different models (kInvalidArgument, the
 // message names both identities and weight hashes) or engine precisions; the request is not
 // in both traces; the model cannot be loaded. An explained split is a report whose searches
-// ran; a pair that does not split is a report with verdict kIdentical.
+// ran; a pair that does not split is a report with verdict kIdentical. The visible search
+// first tries the numerical split's minimal set: when that reproduces the visible split too,
+// ddmin runs within it (its 1-minimal subset is 1-minimal all the same).
 Result<BisectReport> bisect_traces(const std::string& a_path, const std::string& b_path,
                                    const BisectOptions& options = {});
 
