@@ -54,9 +54,10 @@ class Bar {
 
 int run_bisect_command(int argc, char** argv) {
   using namespace llmrr;
-  CLI::App app{"Find the smallest set of B's factors (schedule, plans, routing) that reproduces "
-               "B's split when replaying A's request alone.",
-               "bisect"};
+  CLI::App app{
+      "Find the smallest set of B's factors (schedule, plans, routing) that reproduces "
+      "B's split when replaying A's request alone.",
+      "bisect"};
   std::string a, b, request;
   replay::BisectOptions o;
   bool json = false, quiet = false;
@@ -126,7 +127,7 @@ int run_bisect_command(int argc, char** argv) {
     std::fputs(replay::format_bisect_report(*r).c_str(), stdout);
   }
   if (!r->split()) return cli::kExitOk;
-  const bool explained = (r->split_position < 0 || r->numerical.ran) &&
-                         (r->visible_position < 0 || r->visible.ran);
+  const bool explained =
+      (r->split_position < 0 || r->numerical.ran) && (r->visible_position < 0 || r->visible.ran);
   return explained ? cli::kExitDiffer : cli::kExitInternal;
 }

@@ -108,8 +108,8 @@ Status read_side(const trace::TraceReader& reader, RequestId id, int32_t horizon
     if (past) break;
   }
   if (!side->have_arrival) {
-    return make_error(ErrorCode::kSemantic, reader.path() + ": request " + std::to_string(id) +
-                                                " has no arrival record");
+    return make_error(ErrorCode::kSemantic,
+                      reader.path() + ": request " + std::to_string(id) + " has no arrival record");
   }
   for (size_t i = 1; i < side->steps.size(); ++i) {
     const trace::Segment &p = side->steps[i - 1].own, &q = side->steps[i].own;
@@ -177,7 +177,8 @@ ForcedRouting to_forced(const trace::Routing& r) {
   f.capacity = r.capacity;
   f.experts = r.experts;
   f.outcome.resize(r.outcome.size());
-  for (size_t i = 0; i < r.outcome.size(); ++i) f.outcome[i] = static_cast<RouteOutcome>(r.outcome[i]);
+  for (size_t i = 0; i < r.outcome.size(); ++i)
+    f.outcome[i] = static_cast<RouteOutcome>(r.outcome[i]);
   return f;
 }
 
@@ -242,7 +243,7 @@ struct BisectSession::Impl {
   std::vector<Unit> units;
   bool force_routing = false;
   EngineConfig config;
-  int32_t numerical_universe = 0;    // factors [0, n) act on row P
+  int32_t numerical_universe = 0;  // factors [0, n) act on row P
 
   std::mutex mu;
   std::unordered_map<std::string, Outcome> memo;
@@ -286,11 +287,11 @@ Status BisectSession::Impl::build_units(int32_t horizon) {
     }
     u.end = std::min(ea, eb);
     if (ea != eb) {
-      return make_error(ErrorCode::kSemantic,
-                        "bisect: " + a.path + " and " + b.path + " end request " +
-                            std::to_string(a.id) + "'s steps at different positions (" +
-                            std::to_string(ea) + " vs " + std::to_string(eb) +
-                            ") before the split");
+      return make_error(ErrorCode::kSemantic, "bisect: " + a.path + " and " + b.path +
+                                                  " end request " + std::to_string(a.id) +
+                                                  "'s steps at different positions (" +
+                                                  std::to_string(ea) + " vs " + std::to_string(eb) +
+                                                  ") before the split");
     }
     units.push_back(std::move(u));
     if (units.back().end > horizon) break;
@@ -331,8 +332,7 @@ void BisectSession::Impl::list_factors(int32_t horizon) {
       f.a_text = steps_text(a, un.a);
       f.b_text = steps_text(b, un.b);
       f.text = "the schedule of positions [" + std::to_string(un.first) + ", " +
-               std::to_string(un.end) + "): A computed them in " + f.a_text + ", B in " +
-               f.b_text;
+               std::to_string(un.end) + "): A computed them in " + f.a_text + ", B in " + f.b_text;
       out.push_back(std::move(f));
       continue;
     }
@@ -358,8 +358,8 @@ void BisectSession::Impl::list_factors(int32_t horizon) {
       f.plan_b = *pq.second;
       f.a_text = plan_to_string(to_plan(f.plan_a));
       f.b_text = plan_to_string(to_plan(f.plan_b));
-      f.text = "the " + f.a_text + " → " + f.b_text + " change of " + f.site_name + " at " +
-               at_steps(f);
+      f.text =
+          "the " + f.a_text + " → " + f.b_text + " change of " + f.site_name + " at " + at_steps(f);
       out.push_back(std::move(f));
     }
     if (!force_routing) continue;
@@ -527,10 +527,10 @@ BisectSession::Outcome BisectSession::Impl::replay(const std::vector<int32_t>& s
   if (P >= 0 && through >= P && col.have_logits) {
     out.logits = col.logits;
     auto la = a.logits.find(P), lb = b.logits.find(P);
-    out.numerical = lb != b.logits.end() && same_fingerprint(col.logits, lb->second.full) &&
-                    tokens_match(b, P);
-    out.matches_a_numerical = la != a.logits.end() &&
-                              same_fingerprint(col.logits, la->second.full) && tokens_match(a, P);
+    out.numerical =
+        lb != b.logits.end() && same_fingerprint(col.logits, lb->second.full) && tokens_match(b, P);
+    out.matches_a_numerical =
+        la != a.logits.end() && same_fingerprint(col.logits, la->second.full) && tokens_match(a, P);
   }
   if (V >= 0 && through >= V - 1) {
     auto got = col.tokens.find(V);
@@ -577,11 +577,11 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
   tell(universe);
   const bool empty_is_a = visible ? empty.matches_a_visible : empty.matches_a_numerical;
   if (!empty.ok || !empty_is_a) {
-    res.conclusion = "cannot bisect: the request-alone replay of A " +
-                     (empty.ok ? std::string("does not reproduce A's ") +
-                                     (visible ? "tokens" : "logits") + " at position " +
-                                     std::to_string(res.position)
-                               : "failed: " + empty.error);
+    res.conclusion =
+        "cannot bisect: the request-alone replay of A " +
+        (empty.ok ? std::string("does not reproduce A's ") + (visible ? "tokens" : "logits") +
+                        " at position " + std::to_string(res.position)
+                  : "failed: " + empty.error);
     res.replays = replays.load() - before;
     return res;
   }
@@ -609,8 +609,8 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
     const Factor& f = report.factors[static_cast<size_t>(i)];
     // Within a step: embed, then layer by layer, then final_norm and logits, then routing.
     const SiteId site = SiteId::unpack(f.site);
-    int64_t fine = f.kind != FactorKind::kPlan ? 100000
-                   : f.layer >= 0             ? 1 + f.layer
+    int64_t fine = f.kind != FactorKind::kPlan     ? 100000
+                   : f.layer >= 0                  ? 1 + f.layer
                    : site.kind == SiteKind::kEmbed ? 0
                                                    : 99999;
     keys.push_back({f.unit, fine});
@@ -645,11 +645,14 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
   for (int k : ddmin(keys, test)) res.minimal.push_back(elems[static_cast<size_t>(k)]);
   res.replays = replays.load() - before;
   if (res.minimal.size() == 1) {
-    res.conclusion = report.factors[static_cast<size_t>(res.minimal[0])].text + " alone reproduces it";
+    res.conclusion =
+        report.factors[static_cast<size_t>(res.minimal[0])].text + " alone reproduces it";
   } else {
     std::string s = "together, ";
     for (size_t i = 0; i < res.minimal.size(); ++i) {
-      s += (i == 0 ? "" : i + 1 == res.minimal.size() ? "; and " : "; ") +
+      s += (i == 0                        ? ""
+            : i + 1 == res.minimal.size() ? "; and "
+                                          : "; ") +
            report.factors[static_cast<size_t>(res.minimal[i])].text;
     }
     res.conclusion = s + " reproduce it (none can be left out)";
@@ -660,7 +663,9 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
 BisectSession::BisectSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 BisectSession::~BisectSession() = default;
 
-const BisectReport& BisectSession::report() const { return impl_->report; }
+const BisectReport& BisectSession::report() const {
+  return impl_->report;
+}
 
 BisectSession::Outcome BisectSession::evaluate(const std::vector<int32_t>& set, int32_t through) {
   if (through < 0) through = impl_->default_through();
@@ -672,17 +677,16 @@ BisectSession::Outcome BisectSession::evaluate(const std::vector<int32_t>& set, 
 
 namespace {
 
-Status check_same_model(const trace::RunHeader& x, const trace::RunHeader& y,
-                        const std::string& a, const std::string& b) {
+Status check_same_model(const trace::RunHeader& x, const trace::RunHeader& y, const std::string& a,
+                        const std::string& b) {
   const trace::ModelInfo &m = x.model, &n = y.model;
   const bool hashes = !m.weight_hash.empty() && !n.weight_hash.empty();
   if ((hashes && m.weight_hash != n.weight_hash) || (!hashes && m.name != n.name)) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "bisect: " + a + " and " + b + " record different models: A is " +
-                          m.name + " (weights " + (m.weight_hash.empty() ? "?" : m.weight_hash) +
-                          "), B is " + n.name + " (weights " +
-                          (n.weight_hash.empty() ? "?" : n.weight_hash) +
-                          "); bisect compares runs of one model");
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "bisect: " + a + " and " + b + " record different models: A is " + m.name + " (weights " +
+            (m.weight_hash.empty() ? "?" : m.weight_hash) + "), B is " + n.name + " (weights " +
+            (n.weight_hash.empty() ? "?" : n.weight_hash) + "); bisect compares runs of one model");
   }
   return Status::Ok();
 }
@@ -733,14 +737,14 @@ Result<std::unique_ptr<BisectSession>> BisectSession::open(const std::string& a_
   if (options.request) {
     auto [x, y] = *options.request;
     if (!has_request(*s.ra, x)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "--request: " + a_path + " has no request " + std::to_string(x) +
-                            " (requests: " + request_ids(*s.ra) + ")");
+      return make_error(ErrorCode::kInvalidArgument, "--request: " + a_path + " has no request " +
+                                                         std::to_string(x) +
+                                                         " (requests: " + request_ids(*s.ra) + ")");
     }
     if (!has_request(*s.rb, y)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "--request: " + b_path + " has no request " + std::to_string(y) +
-                            " (requests: " + request_ids(*s.rb) + ")");
+      return make_error(ErrorCode::kInvalidArgument, "--request: " + b_path + " has no request " +
+                                                         std::to_string(y) +
+                                                         " (requests: " + request_ids(*s.rb) + ")");
     }
   }
 
@@ -765,8 +769,8 @@ Result<std::unique_ptr<BisectSession>> BisectSession::open(const std::string& a_
   }
   if (!pick) {
     if (d.requests.empty()) {
-      return make_error(ErrorCode::kInvalidArgument, "bisect: no request of " + a_path +
-                                                         " matches one of " + b_path);
+      return make_error(ErrorCode::kInvalidArgument,
+                        "bisect: no request of " + a_path + " matches one of " + b_path);
     }
     rep.request_a = d.requests[0].a;
     rep.request_b = d.requests[0].b;
@@ -875,7 +879,8 @@ BisectReport BisectSession::run() {
       const int32_t id = rep.token_b;
       tok = "'" + s.model->tokenizer->decode(std::span<const int32_t>(&id, 1)) + "'";
     }
-    rep.visible.target = "B's token " + tok + " at position " + std::to_string(rep.visible_position);
+    rep.visible.target =
+        "B's token " + tok + " at position " + std::to_string(rep.visible_position);
   }
   rep.replays = s.replays.load();
   rep.cache_hits = s.hits.load();

@@ -44,11 +44,11 @@ void search_story(const BisectReport& r, const char* what, const SearchResult& s
     return;
   }
   *out += s.conclusion + ".\n";
-  *out += "  " + std::to_string(s.minimal.size()) + " of " + plural(s.universe, "factor") +
-          " (" + count_by_kind(r, s.universe) + "), " + plural(s.replays, "replay") +
-          (s.seeded ? " (searched within the numerical split's set, which reproduces it too)"
-                    : "") +
-          ".\n";
+  *out +=
+      "  " + std::to_string(s.minimal.size()) + " of " + plural(s.universe, "factor") + " (" +
+      count_by_kind(r, s.universe) + "), " + plural(s.replays, "replay") +
+      (s.seeded ? " (searched within the numerical split's set, which reproduces it too)" : "") +
+      ".\n";
 }
 
 nlohmann::json factor_json(const Factor& f) {
@@ -89,18 +89,21 @@ nlohmann::json search_json(const BisectReport& r, const SearchResult& s) {
 std::string format_bisect_report(const BisectReport& r) {
   std::string out;
   for (const std::string& n : r.notes) out += "note: " + n + "\n";
-  std::string who = "request " + std::to_string(r.request_a) +
-                    (r.request_a != r.request_b ? " (B: " + std::to_string(r.request_b) + ")" : "") +
-                    (r.label.empty() ? "" : " \"" + r.label + "\"");
+  std::string who =
+      "request " + std::to_string(r.request_a) +
+      (r.request_a != r.request_b ? " (B: " + std::to_string(r.request_b) + ")" : "") +
+      (r.label.empty() ? "" : " \"" + r.label + "\"");
   if (!r.split()) {
-    out += who + ": no split: A and B agree (logits bit-identical, same tokens); nothing to "
+    out += who +
+           ": no split: A and B agree (logits bit-identical, same tokens); nothing to "
            "bisect.\n";
     return out;
   }
   out += who + ": ";
   if (r.visible_position >= 0) {
     out += "visible split at " + position_text(r, r.visible_position);
-    if (r.split_position >= 0) out += ", logits first differ at " + position_text(r, r.split_position);
+    if (r.split_position >= 0)
+      out += ", logits first differ at " + position_text(r, r.split_position);
   } else {
     out += "numerical split only, logits first differ at " + position_text(r, r.split_position);
   }

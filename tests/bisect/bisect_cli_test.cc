@@ -40,7 +40,8 @@ const Pair& traces() {
         << out;
     EXPECT_EQ(run_command(bin +
                               " record --model builtin:tiny-dense --max-tokens 8 --prompt "
-                              "'Once upon a time' -q -o " + t.dense,
+                              "'Once upon a time' -q -o " +
+                              t.dense,
                           &out, true),
               0)
         << out;
@@ -85,8 +86,8 @@ TEST(BisectCli, JsonAndTextOfTheReadmePair) {
 
   // The same answer with two replays at a time.
   std::string out2;
-  rc = run_command(bin + " bisect --json --jobs 2 " + traces().alone + " " + traces().loaded,
-                   &out2);
+  rc =
+      run_command(bin + " bisect --json --jobs 2 " + traces().alone + " " + traces().loaded, &out2);
   ASSERT_EQ(rc, 1) << out2;
   nlohmann::json j2 = nlohmann::json::parse(out2, nullptr, false);
   ASSERT_FALSE(j2.is_discarded()) << out2;

@@ -172,7 +172,8 @@ TEST(Bisect, PlantedPlanIsNamedExactly) {
       << replay::format_bisect_report(r);
   // The decoys never act: every factor but the planted one is a decoy expert plan.
   int decoys = 0;
-  for (const Factor& x : r.factors) decoys += x.kind == FactorKind::kPlan && x.site_name != "L2.attn.o";
+  for (const Factor& x : r.factors)
+    decoys += x.kind == FactorKind::kPlan && x.site_name != "L2.attn.o";
   EXPECT_EQ(decoys + 1, static_cast<int>(r.factors.size()));
 }
 

@@ -63,17 +63,17 @@ const char* factor_kind_name(FactorKind kind);  // "schedule", "plan", "routing"
 
 struct Factor {
   FactorKind kind = FactorKind::kPlan;
-  int32_t unit = 0;                     // index of R's aligned step (or region) in the timeline
-  int64_t step_a = -1, step_b = -1;     // first step of that unit in each trace
+  int32_t unit = 0;                  // index of R's aligned step (or region) in the timeline
+  int64_t step_a = -1, step_b = -1;  // first step of that unit in each trace
   int64_t last_step_a = -1, last_step_b = -1;
-  int32_t first_position = 0;           // R's positions [first, last] computed there
+  int32_t first_position = 0;  // R's positions [first, last] computed there
   int32_t last_position = 0;
-  uint64_t site = 0;                    // kPlan: packed SiteId
-  std::string site_name;                // kPlan: "L3.moe.e6.up"; kRouting: "routing L1"
-  int32_t layer = -1;                   // kPlan (-1 for embed/final_norm/logits), kRouting
-  trace::PlanRecord plan_a, plan_b;     // kPlan
-  std::string a_text, b_text;           // what A and B did there, in words
-  std::string text;                     // the whole factor in one phrase
+  uint64_t site = 0;                 // kPlan: packed SiteId
+  std::string site_name;             // kPlan: "L3.moe.e6.up"; kRouting: "routing L1"
+  int32_t layer = -1;                // kPlan (-1 for embed/final_norm/logits), kRouting
+  trace::PlanRecord plan_a, plan_b;  // kPlan
+  std::string a_text, b_text;        // what A and B did there, in words
+  std::string text;                  // the whole factor in one phrase
 };
 
 struct BisectOptions {
@@ -87,14 +87,14 @@ struct BisectOptions {
 };
 
 struct SearchResult {
-  bool ran = false;               // false: no such split, or the sanity checks failed
-  std::string target;             // "B's logits at position 29" / "B's token 'e' at position 50"
-  int32_t position = -1;          // P (a row) or V (a token position)
-  int32_t universe = 0;           // factors that can act on it (steps up to that row)
-  std::vector<int32_t> minimal;   // indices into BisectReport::factors, in order
-  bool seeded = false;            // searched within the numerical split's set (it reproduced)
-  int64_t replays = 0;            // replays this search ran (cache hits not counted)
-  std::string conclusion;         // "... alone reproduces it"
+  bool ran = false;              // false: no such split, or the sanity checks failed
+  std::string target;            // "B's logits at position 29" / "B's token 'e' at position 50"
+  int32_t position = -1;         // P (a row) or V (a token position)
+  int32_t universe = 0;          // factors that can act on it (steps up to that row)
+  std::vector<int32_t> minimal;  // indices into BisectReport::factors, in order
+  bool seeded = false;           // searched within the numerical split's set (it reproduced)
+  int64_t replays = 0;           // replays this search ran (cache hits not counted)
+  std::string conclusion;        // "... alone reproduces it"
 };
 
 struct BisectReport {
@@ -104,13 +104,13 @@ struct BisectReport {
   std::string label;
   int32_t prompt_len = 0;
   Verdict verdict = Verdict::kIdentical;
-  int32_t split_position = -1;    // P
-  int32_t visible_position = -1;  // V
+  int32_t split_position = -1;         // P
+  int32_t visible_position = -1;       // V
   int32_t token_a = -1, token_b = -1;  // at V
-  std::string routing_mode;       // "recomputed" or "forced"
+  std::string routing_mode;            // "recomputed" or "forced"
   std::string routing_reason;
-  int32_t units = 0;              // aligned steps and schedule regions up to the split
-  std::vector<Factor> factors;    // everything that differs up to the visible split
+  int32_t units = 0;            // aligned steps and schedule regions up to the split
+  std::vector<Factor> factors;  // everything that differs up to the visible split
   SearchResult numerical, visible;
   int64_t replays = 0;     // replays run in all (including the two sanity checks)
   int64_t cache_hits = 0;  // candidates answered from the memo
@@ -144,13 +144,13 @@ class BisectSession {
   const BisectReport& report() const;
 
   struct Outcome {
-    bool ok = false;                 // the replay ran (an engine error makes it false)
+    bool ok = false;  // the replay ran (an engine error makes it false)
     std::string error;
-    bool numerical = false;          // logits at P equal B's bit for bit, tokens before as both
-    bool visible = false;            // token at V is B's, tokens before as both
+    bool numerical = false;  // logits at P equal B's bit for bit, tokens before as both
+    bool visible = false;    // token at V is B's, tokens before as both
     bool matches_a_numerical = false, matches_a_visible = false;
-    trace::Fingerprint logits;       // the hybrid's logits at P
-    int32_t token = -1;              // the hybrid's token at V
+    trace::Fingerprint logits;  // the hybrid's logits at P
+    int32_t token = -1;         // the hybrid's token at V
   };
   // One hybrid replay (memoized) up to row `through` (-1: through V - 1, or P when there is
   // no visible split), with the factors `set` (indices into report().factors) swapped in.
