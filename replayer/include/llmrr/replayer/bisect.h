@@ -31,8 +31,9 @@
 //   step (grouped under that step). Swapping a schedule factor takes B's steps for those
 //   positions whole: B's batches, plans and routing (there is no A step to align them with).
 //
-// Delta debugging (ddmin.h) over the factors ordered by step, then kind, then site — cuts
-// snap to step and kind boundaries, so the search starts with whole steps — finds a
+// Delta debugging (ddmin.h) over the factors ordered by step, then site in forward order
+// (layer by layer; routing after plans) — cuts snap to step, then layer boundaries, so the
+// search starts with whole steps — finds a
 // 1-minimal set that reproduces B's numerical split (the hybrid's logits at P equal B's bit
 // for bit: the full-vocabulary fingerprint; R's tokens before P as in both runs) and,
 // separately, its visible split (the hybrid samples B's token at V; the tokens before V as in
