@@ -33,9 +33,9 @@
 //
 // Delta debugging (ddmin.h) over the factors ordered by step, then site in forward order
 // (layer by layer; routing after plans) — cuts snap to step, then layer boundaries, so the
-// search starts with whole steps — finds a
-// 1-minimal set that reproduces B's numerical split (the hybrid's logits at P equal B's bit
-// for bit: the full-vocabulary fingerprint; R's tokens before P as in both runs) and,
+// search starts with whole steps — finds a 1-minimal set that reproduces B's numerical
+// split (the hybrid's logits at P equal B's bit for bit: the full-vocabulary fingerprint;
+// R's tokens before P as in both runs) and,
 // separately, its visible split (the hybrid samples B's token at V; the tokens before V as in
 // both runs). Before searching, the empty set must reproduce A and the full set B (two
 // replays); otherwise the report says why no search ran. Replays are memoized by factor set,
