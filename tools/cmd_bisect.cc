@@ -1,0 +1,133 @@
+// llmrr bisect A.trace B.trace: replay A's request alone while swapping in B's factors
+// (R's schedule, the plan of one step and site, the routing of one step and layer), and
+// delta-debug to the smallest set that reproduces B's numerical split bit for bit and,
+// separately, B's visible split (replayer/include/llmrr/replayer/bisect.h).
+// Exit 0 no split, 1 a cause found, 2 bad input, 3 internal error (or not explained).
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+
+#include "cli/cli.h"
+#include "llmrr/replayer/bisect.h"
+
+namespace {
+
+bool parse_id(const std::string& s, llmrr::RequestId* id) {
+  if (s.empty() || s.size() > 19) return false;
+  llmrr::RequestId v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<llmrr::RequestId>(c - '0');
+  }
+  *id = v;
+  return true;
+}
+
+// One line on stderr, redrawn at most ten times a second, erased at the end.
+class Bar {
+ public:
+  void draw(const std::string& phase, int64_t replays, int64_t candidates) {
+    auto now = std::chrono::steady_clock::now();
+    if (drawn_ && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    std::fprintf(stderr,
+                 "\r\033[K[bisect %s split] %" PRId64 " replays, %" PRId64
+                 " factors in the current candidate, %.1f s",
+                 phase.c_str(), replays, candidates, secs);
+    drawn_ = true;
+  }
+  void finish() {
+    if (drawn_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_ = start_;
+};
+
+}  // namespace
+
+int run_bisect_command(int argc, char** argv) {
+  using namespace llmrr;
+  CLI::App app{
+      "Find the smallest set of B's factors (schedule, plans, routing) that reproduces "
+      "B's split when replaying A's request alone.",
+      "bisect"};
+  std::string a, b, request;
+  replay::BisectOptions o;
+  bool json = false, quiet = false;
+  app.add_option("A", a, "the reference trace (e.g. the request alone)")->required();
+  app.add_option("B", b, "the trace whose split is explained (e.g. under load)")->required();
+  app.add_option("--request", request,
+                 "bisect one request: R (the same id in both) or RA:RB (explicit ids); default: "
+                 "the first request that splits");
+  app.add_option("--model", o.model, "model spec overriding the recorded one");
+  app.add_option("-j,--jobs", o.jobs, "replays run in parallel (default 1)");
+  app.add_option("--threads", o.threads,
+                 "engine threads per replay (default: the host's cores / jobs, at most 8)");
+  app.add_flag("--json", json, "print the report as one JSON object");
+  app.add_flag("-q,--quiet", quiet, "no progress bar");
+  app.footer(
+      "Factors are the points where A and B differ for the request, up to its split: the plan\n"
+      "of one op at one step (steps aligned by the request's positions), the request's routing\n"
+      "at one step and layer (only when expert capacity decided it; otherwise routing is\n"
+      "recomputed), and the request's own schedule (chunk boundaries). Each candidate set is a\n"
+      "request-alone replay of A with those factors taken from B; ddmin finds a 1-minimal set\n"
+      "for the numerical split (B's logits at the first differing position, bit for bit) and\n"
+      "for the visible split (B's token where the text first differs).\n"
+      "\n"
+      "Examples:\n"
+      "  llmrr bisect alone.trace loaded.trace\n"
+      "  llmrr bisect alone.trace loaded.trace --request 0 --jobs 2\n"
+      "  llmrr bisect a.trace b.trace --request 3:7 --json | jq .visible.minimal\n"
+      "\n"
+      "A progress bar is drawn on stderr when it is a terminal (-q turns it off).\n"
+      "Exit codes: 0 no split, 1 a cause found, 2 bad input (different models, unknown\n"
+      "request, unreadable trace), 3 internal error or a split no factor set explains.");
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (!request.empty()) {
+    RequestId ra = 0, rb = 0;
+    size_t colon = request.find(':');
+    bool ok = colon == std::string::npos ? parse_id(request, &ra) && parse_id(request, &rb)
+                                         : parse_id(request.substr(0, colon), &ra) &&
+                                               parse_id(request.substr(colon + 1), &rb);
+    if (!ok) {
+      return cli::report(
+          "bisect", make_error(ErrorCode::kInvalidArgument,
+                               "--request '" + request + "': expected R or RA:RB (request ids)"));
+    }
+    o.request = std::make_pair(ra, rb);
+  }
+  if (o.jobs < 1 || o.jobs > 64) {
+    return cli::report("bisect",
+                       make_error(ErrorCode::kInvalidArgument, "--jobs must be in [1, 64]"));
+  }
+  if (o.threads < 0 || o.threads > 64) {
+    return cli::report("bisect",
+                       make_error(ErrorCode::kInvalidArgument, "--threads must be in [0, 64]"));
+  }
+  Bar bar;
+  const bool draw = !quiet && isatty(STDERR_FILENO);
+  if (draw) {
+    o.progress = [&](const std::string& phase, int64_t replays, int64_t candidates) {
+      bar.draw(phase, replays, candidates);
+    };
+  }
+  Result<replay::BisectReport> r = replay::bisect_traces(a, b, o);
+  bar.finish();
+  if (!r.ok()) return cli::report("bisect", r.status());
+  if (json) {
+    std::printf("%s\n", replay::bisect_report_json(*r).c_str());
+  } else {
+    std::fputs(replay::format_bisect_report(*r).c_str(), stdout);
+  }
+  if (!r->split()) return cli::kExitOk;
+  const bool explained =
+      (r->split_position < 0 || r->numerical.ran) && (r->visible_position < 0 || r->visible.ran);
+  return explained ? cli::kExitDiffer : cli::kExitInternal;
+}
