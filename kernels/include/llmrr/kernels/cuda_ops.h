@@ -108,7 +108,7 @@ class DeviceWeight {
 // ---- ops -----------------------------------------------------------------------------
 
 // y[i, :] = x[i, :] · Wᵀ for i < m (plan.op kGemm: split-K ranges, k-tiles, sequential fmaf
-// per output, partials combined in plan order or `arrival`). m ≤ 65535; splits ≤ 4096.
+// per output, partials combined in plan order or `arrival`). m ≤ 65535; splits ≤ 256.
 Status gemm(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y,
             int64_t ldy, const Plan& plan, Stream stream);
 
