@@ -24,7 +24,8 @@ Status attention(std::span<const AttnRow> rows, const AttnShape& shape, const Pl
   if (!why.empty()) return detail::unsupported(why);
   detail::StreamScratch dev_rows(stream), scratch(stream);
   RETURN_IF_ERROR(dev_rows.upload(rows.data(), rows.size() * sizeof(AttnRow), "cuda::attention"));
-  RETURN_IF_ERROR(scratch.alloc(detail::attention_scratch_floats(p) * sizeof(float), "cuda::attention"));
+  RETURN_IF_ERROR(
+      scratch.alloc(detail::attention_scratch_floats(p) * sizeof(float), "cuda::attention"));
   p.rows = dev_rows.as<AttnRow>();
   p.scratch = scratch.as<float>();
   return detail::launch(attention_kernel, l, p, stream, "cuda::attention");

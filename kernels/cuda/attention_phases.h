@@ -78,8 +78,9 @@ inline std::string attention_prepare(std::span<const AttnRow> rows, const AttnSh
   }
   if (shape.heads <= 0 || shape.kv_heads <= 0 || shape.heads % shape.kv_heads != 0 ||
       shape.heads > 65535) {
-    return "attention: heads " + std::to_string(shape.heads) + " must be a positive multiple of kv_heads " +
-           std::to_string(shape.kv_heads) + " (at most 65535)";
+    return "attention: heads " + std::to_string(shape.heads) +
+           " must be a positive multiple of kv_heads " + std::to_string(shape.kv_heads) +
+           " (at most 65535)";
   }
   p.nrows = static_cast<int64_t>(rows.size());
   p.heads = shape.heads;
@@ -104,10 +105,10 @@ inline std::string attention_prepare(std::span<const AttnRow> rows, const AttnSh
   l.gy = p.heads;
   l.threads = shape.head_dim <= 128 ? 128 : 256;
   SmemSizer z;
-  z.take<float>(static_cast<size_t>(p.head_dim));  // q
-  z.take<float>(static_cast<size_t>(l.threads));   // scores / e of one chunk
-  z.take<float>(2);                                // m, l of the current part
-  z.take<float>(static_cast<size_t>(p.head_dim));  // o of the current part
+  z.take<float>(static_cast<size_t>(p.head_dim));            // q
+  z.take<float>(static_cast<size_t>(l.threads));             // scores / e of one chunk
+  z.take<float>(2);                                          // m, l of the current part
+  z.take<float>(static_cast<size_t>(p.head_dim));            // o of the current part
   z.take<float>(static_cast<size_t>(2 * (2 + p.head_dim)));  // merged state per sequence
   l.smem = z.off;
   return "";

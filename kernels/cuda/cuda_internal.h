@@ -15,8 +15,8 @@ namespace llmrr::kernels::cuda::detail {
 
 inline Status cuda_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
-  return make_error(ErrorCode::kInternal,
-                    std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  return make_error(ErrorCode::kInternal, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
+                                              cudaGetErrorString(e) + ")");
 }
 
 inline Status bad_arg(const std::string& what) {

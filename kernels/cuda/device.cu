@@ -23,8 +23,8 @@ Result<DeviceInfo> device_info(int ordinal) {
   int n = 0;
   RETURN_IF_ERROR(cuda_status(cudaGetDeviceCount(&n), "cudaGetDeviceCount"));
   if (ordinal < 0 || ordinal >= n) {
-    return bad_arg("CUDA device " + std::to_string(ordinal) + " requested, " +
-                   std::to_string(n) + " present");
+    return bad_arg("CUDA device " + std::to_string(ordinal) + " requested, " + std::to_string(n) +
+                   " present");
   }
   cudaDeviceProp prop{};
   RETURN_IF_ERROR(cuda_status(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties"));
@@ -79,9 +79,10 @@ Status DeviceBuffer::download(void* host_dst, size_t bytes, Stream stream, size_
                    std::to_string(offset) + " past a buffer of " + std::to_string(bytes_));
   }
   if (bytes == 0) return Status::Ok();
-  RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host_dst, static_cast<const unsigned char*>(p_) + offset,
-                                              bytes, cudaMemcpyDeviceToHost, stream),
-                              "DeviceBuffer::download"));
+  RETURN_IF_ERROR(
+      cuda_status(cudaMemcpyAsync(host_dst, static_cast<const unsigned char*>(p_) + offset, bytes,
+                                  cudaMemcpyDeviceToHost, stream),
+                  "DeviceBuffer::download"));
   // A pageable destination is only safe to read once the copy is done.
   return cuda_status(cudaStreamSynchronize(stream), "DeviceBuffer::download");
 }
@@ -89,7 +90,8 @@ Status DeviceBuffer::download(void* host_dst, size_t bytes, Stream stream, size_
 Result<DeviceWeight> DeviceWeight::upload(const float* w, int64_t n, int64_t k, WeightType type,
                                           Stream stream) {
   if (n < 0 || k < 0 || (n * k > 0 && w == nullptr)) {
-    return bad_arg("DeviceWeight::upload: bad shape " + std::to_string(n) + " x " + std::to_string(k));
+    return bad_arg("DeviceWeight::upload: bad shape " + std::to_string(n) + " x " +
+                   std::to_string(k));
   }
   DeviceWeight out;
   out.n_ = n;
@@ -131,8 +133,8 @@ Result<DeviceRopeTable> DeviceRopeTable::upload(const RopeTable& table, Stream s
   t.buf_ = std::move(buf).value();
   if (half_elems > 0) {
     RETURN_IF_ERROR(t.buf_.upload(table.cos_row(0), half_elems * sizeof(float), stream));
-    RETURN_IF_ERROR(
-        t.buf_.upload(table.sin_row(0), half_elems * sizeof(float), stream, half_elems * sizeof(float)));
+    RETURN_IF_ERROR(t.buf_.upload(table.sin_row(0), half_elems * sizeof(float), stream,
+                                  half_elems * sizeof(float)));
   }
   return Result<DeviceRopeTable>(std::move(t));
 }

@@ -14,8 +14,8 @@ __global__ void gemm_kernel(const detail::GemmParams p) {
 
 }  // namespace
 
-Status gemm(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y,
-            int64_t ldy, const Plan& plan, Stream stream) {
+Status gemm(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
+            const Plan& plan, Stream stream) {
   if (m < 0 || ldx < w.k() || ldy < w.n()) {
     return detail::bad_arg("cuda::gemm: m " + std::to_string(m) + ", ldx " + std::to_string(ldx) +
                            " (k " + std::to_string(w.k()) + "), ldy " + std::to_string(ldy) +

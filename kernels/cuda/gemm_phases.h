@@ -38,8 +38,8 @@ struct GemmParams {
 // Host side: parameters (everything but the pointers) and launch from the plan. `order`
 // receives the arrival list to pass as GemmParams::order when it is well formed (as the CPU
 // op: right size, every entry < splits; otherwise fixed order). Empty string = fine.
-inline std::string gemm_prepare(const Plan& plan, int64_t m, int64_t n, int64_t k,
-                                GemmParams& p, Launch& l, std::vector<uint16_t>& order) {
+inline std::string gemm_prepare(const Plan& plan, int64_t m, int64_t n, int64_t k, GemmParams& p,
+                                Launch& l, std::vector<uint16_t>& order) {
   const int64_t splits = plan.splits == 0 ? 1 : plan.splits;
   if (splits > kGemmMaxSplits) {
     return "gemm: " + std::to_string(splits) + " splits, the CUDA kernel takes at most " +
@@ -53,8 +53,8 @@ inline std::string gemm_prepare(const Plan& plan, int64_t m, int64_t n, int64_t 
   p.c = round_up16(ceil_div(k, splits));
   p.k_tile = plan.k_tile;
   order.clear();
-  bool arrival = plan.order == CombineOrder::kArrival &&
-                 plan.arrival.size() == static_cast<size_t>(splits);
+  bool arrival =
+      plan.order == CombineOrder::kArrival && plan.arrival.size() == static_cast<size_t>(splits);
   if (arrival) {
     for (uint16_t a : plan.arrival) arrival = arrival && a < splits;
   }

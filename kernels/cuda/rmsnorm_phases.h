@@ -27,8 +27,8 @@ struct RmsNormParams {
   int64_t splits, c;
 };
 
-inline std::string rmsnorm_prepare(const Plan& plan, int64_t rows, int64_t dim,
-                                   RmsNormParams& p, Launch& l) {
+inline std::string rmsnorm_prepare(const Plan& plan, int64_t rows, int64_t dim, RmsNormParams& p,
+                                   Launch& l) {
   const int64_t splits = plan.splits == 0 ? 1 : plan.splits;
   if (splits > kRmsNormMaxSplits) {
     return "rmsnorm: " + std::to_string(splits) + " chunks, the CUDA kernel takes at most " +

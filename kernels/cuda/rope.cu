@@ -19,8 +19,9 @@ Status rope(float* x, int64_t ldx, int64_t rows, const int32_t* positions, int64
                            std::to_string(n_heads) + " of " + std::to_string(table.head_dim()) +
                            ", ldx " + std::to_string(ldx));
   }
-  const detail::RopeParams p{x, ldx, rows, positions, n_heads, table.head_dim(),
-                             table.max_positions(), table.cos(), table.sin()};
+  const detail::RopeParams p{
+      x,           ldx,        rows, positions, n_heads, table.head_dim(), table.max_positions(),
+      table.cos(), table.sin()};
   return detail::launch(rope_kernel, detail::rope_launch(p), p, stream, "cuda::rope");
 }
 

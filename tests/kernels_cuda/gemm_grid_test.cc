@@ -37,18 +37,22 @@ struct Shape {
 };
 
 const Shape kShapes[] = {
-    {1, 1, 1},   {1, 32, 16},  {1, 33, 17}, {2, 5, 100},  {3, 64, 64},  {5, 31, 257},
-    {6, 32, 48}, {7, 65, 33},  {8, 100, 31}, {13, 47, 128}, {0, 10, 10}, {4, 10, 0},
+    {1, 1, 1},   {1, 32, 16},   {1, 33, 17},  {2, 5, 100},   {3, 64, 64}, {5, 31, 257},
+    {6, 32, 48}, {7, 65, 33},   {8, 100, 31}, {13, 47, 128}, {0, 10, 10}, {4, 10, 0},
     {25, 40, 1}, {9, 130, 160}, {1, 300, 70}, {2, 257, 129},
 };
 
 std::vector<Plan> all_plans() {
   return {
-      gemm_plan(1, 0),       gemm_plan(1, 16),
-      gemm_plan(1, 48),      gemm_plan(2, 0),
-      gemm_plan(3, 0, {2, 0, 1}), gemm_plan(4, 32),
-      gemm_plan(4, 0, {3, 1, 0, 2}), gemm_plan(7, 16),
-      gemm_plan(9, 0),  // more splits than thread groups: groups loop over splits
+      gemm_plan(1, 0),
+      gemm_plan(1, 16),
+      gemm_plan(1, 48),
+      gemm_plan(2, 0),
+      gemm_plan(3, 0, {2, 0, 1}),
+      gemm_plan(4, 32),
+      gemm_plan(4, 0, {3, 1, 0, 2}),
+      gemm_plan(7, 16),
+      gemm_plan(9, 0),   // more splits than thread groups: groups loop over splits
       gemm_plan(40, 0),  // more splits than 16-blocks of K: empty splits add +0
       gemm_plan(5, 16, {4, 3, 2, 1, 0}),
   };
@@ -81,9 +85,9 @@ TEST_P(GemmGridTest, DeviceCodeMatchesReferenceBits) {
   std::mt19937 rng(1234);
   for (const Shape& s : kShapes) {
     for (WeightType wt : {WeightType::kF32, WeightType::kBF16}) {
-      SCOPED_TRACE(::testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k
-                                        << (wt == WeightType::kBF16 ? " bf16 " : " f32 ")
-                                        << plan_to_string(plan));
+      SCOPED_TRACE(::testing::Message()
+                   << "m=" << s.m << " n=" << s.n << " k=" << s.k
+                   << (wt == WeightType::kBF16 ? " bf16 " : " f32 ") << plan_to_string(plan));
       const int64_t ldx = s.k + 3, ldy = s.n + 5;
       auto x = random_vec(rng, s.m * ldx + 1);
       auto wv = random_vec(rng, s.n * s.k + 1);

@@ -46,10 +46,10 @@ std::vector<T> to_host(const DeviceBuffer& d, size_t n) {
   return v;
 }
 
-#define ASSERT_OK(expr)                            \
-  do {                                             \
-    const ::llmrr::Status _st = (expr);            \
-    ASSERT_TRUE(_st.ok()) << _st.to_string();      \
+#define ASSERT_OK(expr)                       \
+  do {                                        \
+    const ::llmrr::Status _st = (expr);       \
+    ASSERT_TRUE(_st.ok()) << _st.to_string(); \
   } while (0)
 
 Plan gemm_plan(uint32_t splits, uint32_t k_tile, std::vector<uint16_t> arrival = {}) {
@@ -74,11 +74,14 @@ TEST_F(CudaGpuTest, DeviceInfoNamesTheGpu) {
 
 TEST_F(CudaGpuTest, GemmMatchesReferenceBitsEveryPlan) {
   std::mt19937 rng(1);
-  const Plan plans[] = {gemm_plan(1, 0),  gemm_plan(1, 16), gemm_plan(2, 0),
-                        gemm_plan(3, 0, {2, 0, 1}), gemm_plan(4, 32), gemm_plan(7, 16),
-                        gemm_plan(40, 0), gemm_plan(5, 16, {4, 3, 2, 1, 0})};
-  struct Shape { int64_t m, n, k; };
-  for (const Shape s : {Shape{1, 576, 576}, Shape{7, 65, 33}, Shape{16, 1536, 576}, Shape{3, 33, 1}}) {
+  const Plan plans[] = {
+      gemm_plan(1, 0),  gemm_plan(1, 16), gemm_plan(2, 0),  gemm_plan(3, 0, {2, 0, 1}),
+      gemm_plan(4, 32), gemm_plan(7, 16), gemm_plan(40, 0), gemm_plan(5, 16, {4, 3, 2, 1, 0})};
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape s :
+       {Shape{1, 576, 576}, Shape{7, 65, 33}, Shape{16, 1536, 576}, Shape{3, 33, 1}}) {
     for (WeightType wt : {WeightType::kF32, WeightType::kBF16}) {
       auto x = random_vec(rng, s.m * s.k);
       auto wv = random_vec(rng, s.n * s.k);
@@ -124,7 +127,8 @@ TEST_F(CudaGpuTest, AttentionMatchesReferenceBitsEveryPlan) {
   std::mt19937 rng(3);
   const AttnShape shape{9, 3, 64, 0.125f};
   const int32_t bs = 16, len = 300;
-  const int64_t nblocks = (len + bs - 1) / bs, block = int64_t{bs} * shape.kv_heads * shape.head_dim;
+  const int64_t nblocks = (len + bs - 1) / bs,
+                block = int64_t{bs} * shape.kv_heads * shape.head_dim;
   auto k = random_vec(rng, nblocks * block), v = random_vec(rng, nblocks * block);
   std::vector<int64_t> perm(nblocks);
   std::iota(perm.begin(), perm.end(), 0);
@@ -140,7 +144,9 @@ TEST_F(CudaGpuTest, AttentionMatchesReferenceBitsEveryPlan) {
   DeviceBuffer dkt = to_device(dkp), dvt = to_device(dvp);
   const kernels::KvSeqView cpu_kv{hk.data(), hv.data(), bs};
   const KvSeqView dev_kv{dkt.as<const float*>(), dvt.as<const float*>(), bs};
-  struct Spec { int32_t pos, cached; };
+  struct Spec {
+    int32_t pos, cached;
+  };
   const Spec specs[] = {{299, 299}, {150, 140}, {0, 0}, {40, 10}, {-1, 0}};
   const int64_t per = int64_t{shape.heads} * shape.head_dim, n = std::size(specs);
   auto q = random_vec(rng, n * per);
@@ -154,14 +160,18 @@ TEST_F(CudaGpuTest, AttentionMatchesReferenceBitsEveryPlan) {
         plan.op = OpKind::kAttention;
         plan.separate_new_kv = sep;
         plan.mode = mode == 0 ? SplitMode::kCount : SplitMode::kSize;
-        if (mode == 0) plan.splits = s; else plan.split_size = s;
+        if (mode == 0)
+          plan.splits = s;
+        else
+          plan.split_size = s;
         std::vector<float> want(n * per, 1.0f);
         std::vector<kernels::AttnRow> crow;
         std::vector<AttnRow> drow;
         for (int64_t i = 0; i < n; ++i) {
-          crow.push_back({q.data() + i * per, want.data() + i * per, &cpu_kv, specs[i].pos, specs[i].cached});
-          drow.push_back({dq.as<float>() + i * per, dout->as<float>() + i * per, dev_kv, specs[i].pos,
-                          specs[i].cached});
+          crow.push_back(
+              {q.data() + i * per, want.data() + i * per, &cpu_kv, specs[i].pos, specs[i].cached});
+          drow.push_back({dq.as<float>() + i * per, dout->as<float>() + i * per, dev_kv,
+                          specs[i].pos, specs[i].cached});
         }
         ref::attention(crow, shape, plan);
         ASSERT_OK(attention(drow, shape, plan, nullptr));
@@ -179,8 +189,10 @@ TEST_F(CudaGpuTest, ElementwiseAndCombineMatchCpuBits) {
   auto g = random_vec(rng, rows * cols, 4.0f), u = random_vec(rng, rows * cols);
   std::vector<float> want(rows * cols);
   swiglu(g.data(), cols, u.data(), cols, rows, cols, want.data(), cols, ThreadPool::serial());
-  DeviceBuffer dg = to_device(g), du = to_device(u), dout = to_device(std::vector<float>(rows * cols));
-  ASSERT_OK(swiglu(dg.as<float>(), cols, du.as<float>(), cols, rows, cols, dout.as<float>(), cols, nullptr));
+  DeviceBuffer dg = to_device(g), du = to_device(u),
+               dout = to_device(std::vector<float>(rows * cols));
+  ASSERT_OK(swiglu(dg.as<float>(), cols, du.as<float>(), cols, rows, cols, dout.as<float>(), cols,
+                   nullptr));
   auto got = to_host<float>(dout, want.size());
   EXPECT_EQ(first_diff(got.data(), want.data(), got.size()), -1) << "swiglu";
   // rope
@@ -204,15 +216,18 @@ TEST_F(CudaGpuTest, ElementwiseAndCombineMatchCpuBits) {
   const std::vector<int32_t> ids = {3, 99, -1, 100, 0, 42};
   std::vector<float> emb(rows * dim);
   embedding(tab16.data(), WeightType::kBF16, vocab, dim, ids.data(), rows, emb.data(), dim);
-  DeviceBuffer dtab = to_device(tab16), dids = to_device(ids), demb = to_device(std::vector<float>(rows * dim, 5.0f));
-  ASSERT_OK(embedding(dtab.data(), WeightType::kBF16, vocab, dim, dids.as<int32_t>(), rows, demb.as<float>(), dim, nullptr));
+  DeviceBuffer dtab = to_device(tab16), dids = to_device(ids),
+               demb = to_device(std::vector<float>(rows * dim, 5.0f));
+  ASSERT_OK(embedding(dtab.data(), WeightType::kBF16, vocab, dim, dids.as<int32_t>(), rows,
+                      demb.as<float>(), dim, nullptr));
   got = to_host<float>(demb, emb.size());
   EXPECT_EQ(first_diff(got.data(), emb.data(), got.size()), -1) << "embedding";
   // moe_combine, arrival order
   const int k = 4;
   auto experts = random_vec(rng, rows * k * dim), gates = random_vec(rng, rows * k);
   std::vector<int32_t> src(rows * k);
-  for (int64_t i = 0; i < rows * k; ++i) src[i] = i % 7 == 2 ? -1 : static_cast<int32_t>((i * 5) % (rows * k));
+  for (int64_t i = 0; i < rows * k; ++i)
+    src[i] = i % 7 == 2 ? -1 : static_cast<int32_t>((i * 5) % (rows * k));
   Plan plan;
   plan.op = OpKind::kCombine;
   plan.order = CombineOrder::kArrival;
@@ -222,7 +237,8 @@ TEST_F(CudaGpuTest, ElementwiseAndCombineMatchCpuBits) {
     plan.arrival.insert(plan.arrival.end(), p.begin(), p.end());
   }
   std::vector<float> comb(rows * dim);
-  ref::moe_combine(experts.data(), dim, src.data(), gates.data(), rows, k, dim, comb.data(), dim, plan);
+  ref::moe_combine(experts.data(), dim, src.data(), gates.data(), rows, k, dim, comb.data(), dim,
+                   plan);
   DeviceBuffer de = to_device(experts), dsrc = to_device(src), dgt = to_device(gates),
                dc = to_device(std::vector<float>(rows * dim));
   ASSERT_OK(moe_combine(de.as<float>(), dim, dsrc.as<int32_t>(), dgt.as<float>(), rows, k, dim,
@@ -234,7 +250,10 @@ TEST_F(CudaGpuTest, ElementwiseAndCombineMatchCpuBits) {
   for (bool soft : {true, false}) {
     auto ws = sc;
     for (int64_t r = 0; r < rows; ++r) {
-      if (soft) softmax_inplace(ws.data() + r * 64, 64); else sigmoid_inplace(ws.data() + r * 64, 64);
+      if (soft)
+        softmax_inplace(ws.data() + r * 64, 64);
+      else
+        sigmoid_inplace(ws.data() + r * 64, 64);
     }
     DeviceBuffer ds = to_device(sc);
     ASSERT_OK(soft ? softmax_rows(ds.as<float>(), 64, rows, 64, nullptr)
@@ -264,7 +283,8 @@ TEST_F(CudaGpuTest, SelectRowsMatchesTopkAndFingerprintRow) {
       std::vector<int32_t> wi(k);
       std::vector<float> wv(k);
       topk(x.data() + r * n, n, k, wi.data(), wv.data());
-      ASSERT_TRUE(std::equal(wi.begin(), wi.end(), ids.begin() + r * k)) << "n=" << n << " row " << r;
+      ASSERT_TRUE(std::equal(wi.begin(), wi.end(), ids.begin() + r * k))
+          << "n=" << n << " row " << r;
       ASSERT_EQ(std::memcmp(wv.data(), vals.data() + r * k, k * sizeof(float)), 0);
       const trace::Fingerprint want = trace::fingerprint_row(x.data() + r * n, n);
       ASSERT_EQ(fps[r].hash, want.hash) << "n=" << n;

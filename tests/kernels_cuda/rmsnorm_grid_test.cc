@@ -23,8 +23,8 @@ Plan norm_plan(uint32_t splits) {
   return p;
 }
 
-void grid_rmsnorm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* w,
-                  float eps, float* y, int64_t ldy, const Plan& plan, ThreadOrder order) {
+void grid_rmsnorm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* w, float eps,
+                  float* y, int64_t ldy, const Plan& plan, ThreadOrder order) {
   detail::RmsNormParams p{};
   detail::Launch l;
   ASSERT_EQ(detail::rmsnorm_prepare(plan, rows, dim, p, l), "");

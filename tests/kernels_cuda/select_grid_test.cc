@@ -69,8 +69,8 @@ TEST(TopkGrid, RefusesKPastTheKernelLimit) {
   EXPECT_NE(detail::topk_prepare(p, l), "");
 }
 
-std::vector<RowFingerprint> grid_fingerprints(const float* x, int64_t ldx, int64_t rows,
-                                              int64_t n, ThreadOrder order) {
+std::vector<RowFingerprint> grid_fingerprints(const float* x, int64_t ldx, int64_t rows, int64_t n,
+                                              ThreadOrder order) {
   std::vector<RowFingerprint> out(rows);
   detail::FingerprintParams p{x, ldx, rows, n, out.data(), kSecret};
   run_grid(detail::fingerprint_launch(p), order,
@@ -117,7 +117,8 @@ TEST(FingerprintGrid, NanAndInfinityAsFingerprintRow) {
   x[n + 400] = std::numeric_limits<float>::infinity();
   x[2 * n + 3] = -std::numeric_limits<float>::infinity();
   const auto got = grid_fingerprints(x.data(), n, 3, n, ThreadOrder::kForward);
-  for (int64_t r = 0; r < 3; ++r) expect_same(got[r], trace::fingerprint_row(x.data() + r * n, n), n);
+  for (int64_t r = 0; r < 3; ++r)
+    expect_same(got[r], trace::fingerprint_row(x.data() + r * n, n), n);
   EXPECT_TRUE(std::isnan(got[0].l2));
   EXPECT_TRUE(std::isinf(got[1].l2));
 }

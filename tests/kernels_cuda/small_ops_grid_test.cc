@@ -36,8 +36,15 @@ TEST(RopeGrid, DeviceCodeMatchesCpuBits) {
       rope(want.data(), ldx, rows, pos.data(), heads, table);
       for (ThreadOrder order : kOrders) {
         auto got = x;
-        detail::RopeParams p{got.data(), ldx, rows, pos.data(), heads, hd, table.max_positions(),
-                             table.cos_row(0), table.sin_row(0)};
+        detail::RopeParams p{got.data(),
+                             ldx,
+                             rows,
+                             pos.data(),
+                             heads,
+                             hd,
+                             table.max_positions(),
+                             table.cos_row(0),
+                             table.sin_row(0)};
         run_grid(detail::rope_launch(p), order, [&](HostBlock& b) { detail::rope_block(b, p); });
         ASSERT_EQ(first_diff(got.data(), want.data(), got.size()), -1) << "hd=" << hd;
       }
@@ -51,11 +58,18 @@ TEST(SwigluGrid, DeviceCodeMatchesCpuBits) {
     const int64_t rows = 5, ld = cols + 3;
     auto g = random_vec(rng, rows * ld, 4.0f), u = random_vec(rng, rows * ld);
     // Extremes through llmrr's exp: overflow, underflow, NaN, ±0, ±inf.
-    const float specials[] = {0.0f, -0.0f, 100.0f, -100.0f, 88.0f, -88.0f,
+    const float specials[] = {0.0f,
+                              -0.0f,
+                              100.0f,
+                              -100.0f,
+                              88.0f,
+                              -88.0f,
                               std::numeric_limits<float>::infinity(),
                               -std::numeric_limits<float>::infinity(),
-                              std::numeric_limits<float>::quiet_NaN(), 1e-30f};
-    for (size_t i = 0; i < std::size(specials) && i < g.size(); ++i) g[i * 3 % g.size()] = specials[i];
+                              std::numeric_limits<float>::quiet_NaN(),
+                              1e-30f};
+    for (size_t i = 0; i < std::size(specials) && i < g.size(); ++i)
+      g[i * 3 % g.size()] = specials[i];
     std::vector<float> want(rows * ld, 3.0f);
     swiglu(g.data(), ld, u.data(), ld, rows, cols, want.data(), ld, ThreadPool::serial());
     for (ThreadOrder order : kOrders) {
@@ -81,8 +95,8 @@ TEST(EmbeddingGrid, DeviceCodeMatchesCpuBitsF32AndBf16) {
     embedding(t, type, vocab, dim, ids.data(), rows, want.data(), ldo);
     for (ThreadOrder order : kOrders) {
       std::vector<float> got(rows * ldo, 4.0f);
-      detail::EmbeddingParams p{t, type == WeightType::kBF16, vocab, dim, ids.data(), rows,
-                                got.data(), ldo};
+      detail::EmbeddingParams p{
+          t, type == WeightType::kBF16, vocab, dim, ids.data(), rows, got.data(), ldo};
       run_grid(detail::embedding_launch(p), order,
                [&](HostBlock& b) { detail::embedding_block(b, p); });
       ASSERT_EQ(first_diff(got.data(), want.data(), got.size()), -1);
@@ -98,7 +112,8 @@ TEST(MoeCombineGrid, DeviceCodeMatchesReferenceBitsRankAndArrivalOrder) {
     auto experts = random_vec(rng, n_expert_rows * ld_expert);
     auto gates = random_vec(rng, rows * k);
     std::vector<int32_t> src(rows * k);
-    for (int64_t i = 0; i < rows * k; ++i) src[i] = (i % 5 == 3) ? -1 : static_cast<int32_t>((i * 7) % n_expert_rows);
+    for (int64_t i = 0; i < rows * k; ++i)
+      src[i] = (i % 5 == 3) ? -1 : static_cast<int32_t>((i * 7) % n_expert_rows);
     Plan rank;
     rank.op = OpKind::kCombine;
     Plan arrival = rank;
@@ -119,8 +134,16 @@ TEST(MoeCombineGrid, DeviceCodeMatchesReferenceBitsRankAndArrivalOrder) {
       EXPECT_EQ(order.empty(), plan != &arrival);
       for (ThreadOrder to : kOrders) {
         std::vector<float> got(rows * ldo, 2.0f);
-        detail::CombineParams p{experts.data(), ld_expert, src.data(), gates.data(), rows, k, dim,
-                                got.data(), ldo, order.empty() ? nullptr : order.data()};
+        detail::CombineParams p{experts.data(),
+                                ld_expert,
+                                src.data(),
+                                gates.data(),
+                                rows,
+                                k,
+                                dim,
+                                got.data(),
+                                ldo,
+                                order.empty() ? nullptr : order.data()};
         run_grid(detail::combine_launch(p), to,
                  [&](HostBlock& b) { detail::moe_combine_block(b, p); });
         ASSERT_EQ(first_diff(got.data(), want.data(), got.size()), -1) << "k=" << k;

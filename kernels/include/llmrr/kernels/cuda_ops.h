@@ -39,11 +39,11 @@ bool available();
 
 struct DeviceInfo {
   int ordinal = 0;
-  std::string name;            // cudaDeviceProp::name, e.g. "NVIDIA H200"
-  int sm_count = 0;            // multiProcessorCount
+  std::string name;  // cudaDeviceProp::name, e.g. "NVIDIA H200"
+  int sm_count = 0;  // multiProcessorCount
   int cc_major = 0, cc_minor = 0;
-  int driver_version = 0;      // cudaDriverGetVersion, e.g. 13000
-  int runtime_version = 0;     // cudaRuntimeGetVersion
+  int driver_version = 0;   // cudaDriverGetVersion, e.g. 13000
+  int runtime_version = 0;  // cudaRuntimeGetVersion
   size_t global_mem_bytes = 0;
 };
 Result<DeviceInfo> device_info(int ordinal = 0);
@@ -69,9 +69,13 @@ class DeviceBuffer {
   void* data() { return p_; }
   const void* data() const { return p_; }
   template <typename T>
-  T* as() { return static_cast<T*>(p_); }
+  T* as() {
+    return static_cast<T*>(p_);
+  }
   template <typename T>
-  const T* as() const { return static_cast<const T*>(p_); }
+  const T* as() const {
+    return static_cast<const T*>(p_);
+  }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -109,8 +113,8 @@ class DeviceWeight {
 
 // y[i, :] = x[i, :] · Wᵀ for i < m (plan.op kGemm: split-K ranges, k-tiles, sequential fmaf
 // per output, partials combined in plan order or `arrival`). m ≤ 65535; splits ≤ 256.
-Status gemm(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y,
-            int64_t ldy, const Plan& plan, Stream stream);
+Status gemm(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
+            const Plan& plan, Stream stream);
 
 // y[i, :] = weight ⊙ x[i, :] · rsqrt(mean(x[i, :]²) + eps) (plan.op kRmsNorm: 16 lanes per
 // chunk, halving tree, chunks in order). weight: device [dim]. y may alias x. splits ≤ 512.
@@ -173,8 +177,8 @@ Status moe_combine(const float* expert_rows, int64_t ld_expert, const int32_t* s
 
 // out[i, :] = table[ids[i], :] (device table [vocab, dim], fp32 or bf16 as uint16 bits);
 // an id outside [0, vocab) gives a row of zeros. ids: device [rows].
-Status embedding(const void* table, WeightType type, int64_t vocab, int64_t dim,
-                 const int32_t* ids, int64_t rows, float* out, int64_t ldo, Stream stream);
+Status embedding(const void* table, WeightType type, int64_t vocab, int64_t dim, const int32_t* ids,
+                 int64_t rows, float* out, int64_t ldo, Stream stream);
 
 // Router scoring in place on rows × n (ld between rows), as softmax_inplace / sigmoid_inplace.
 Status softmax_rows(float* x, int64_t ldx, int64_t rows, int64_t n, Stream stream);
