@@ -13,8 +13,8 @@
 // - A malformed plan never reads out of bounds: splits 0 runs as 1, a malformed arrival
 //   list as fixed / rank order (as the CPU ops do).
 // - This header compiles without the CUDA headers: Stream is cudaStream_t's own type.
-// - Built only with LLMRR_CUDA=ON (target llmrr_kernels_cuda); without a device every
-//   entry returns an error and available() is false.
+// - Built only with LLMRR_CUDA=ON (target llmrr_kernels_cuda); without a device
+//   available() is false and every entry with work to enqueue returns kInternal.
 #pragma once
 
 #include <cstddef>
