@@ -46,38 +46,17 @@ float f16_to_f32(uint16_t h) {
   return f;
 }
 
+// The definitions live in numerics_hd.h so host and device run one text.
 float exp_f32(float x) {
-  using namespace exp_consts;
-  if (x != x) return x + x;
-  // Clamping keeps n within [-150, 128]; outside, the result is inf or flushes to 0 anyway.
-  x = x < kMinX ? kMinX : x;
-  x = x > kMaxX ? kMaxX : x;
-  float n = std::nearbyint(x * kLog2e);  // default rounding mode: to nearest even
-  float r = std::fma(-n, kLn2Hi, x);
-  r = std::fma(-n, kLn2Lo, r);
-  float p = kC7;
-  p = std::fma(p, r, kC6);
-  p = std::fma(p, r, kC5);
-  p = std::fma(p, r, kC4);
-  p = std::fma(p, r, kC3);
-  p = std::fma(p, r, kC2);
-  p = std::fma(p, r, kC1);
-  p = std::fma(p, r, kC0);
-  // p · 2ⁿ as two exact power-of-two scalings (both factors are normal floats), so the only
-  // rounding is the final one; then subnormal results flush to 0.
-  int ni = static_cast<int>(n);
-  int n1 = ni / 2;
-  int n2 = ni - n1;
-  float y = (p * pow2i(n1)) * pow2i(n2);
-  return y < kMinNormal ? 0.0f : y;
+  return hd::exp_f32(x);
 }
 
 float rsqrt_f32(float x) {
-  return 1.0f / std::sqrt(x);
+  return hd::rsqrt_f32(x);
 }
 
 float silu_f32(float x) {
-  return x / (1.0f + exp_f32(-x));
+  return hd::silu_f32(x);
 }
 
 }  // namespace llmrr::numerics
