@@ -298,7 +298,7 @@ class _HookRecorder:
                 t = u
             r["pos"] = pos
         if any(s["request"] == PADDING_REQUEST for s in segments) and not self.pad_added:
-            self.rec.add_request(PADDING_REQUEST, [0], 0, label="padding", stop_at_eos=False)
+            self.rec.add_request(PADDING_REQUEST, [0], 1, label="padding", stop_at_eos=False)
             self.pad_added = True
         for b in arrivals:
             r = self.requests[b]
