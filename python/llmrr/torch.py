@@ -317,7 +317,11 @@ class _HookRecorder:
         mnt = kw.get("max_new_tokens", getattr(gc, "max_new_tokens", None) if gc else None)
         self.max_tokens = int(mnt) if mnt is not None else 0
         if "eos_token_id" in kw:
-            self.eos = self._eos_ids(kw)
+            eos = kw["eos_token_id"]
+            self.eos = set() if eos is None else \
+                set(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
+        elif gc is not None:
+            self.eos = self._eos_ids(gc)
         self.requests = {b: dict(id=self.next_id + b, live=True, arrived=False, pos=0,
                                  generated=0, prompt=[]) for b in range(B)}
         self.next_id += B
