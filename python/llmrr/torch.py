@@ -315,7 +315,8 @@ class _HookRecorder:
         kw = self.gen_kwargs
         gc = kw.get("generation_config") or getattr(self.model, "generation_config", None)
         mnt = kw.get("max_new_tokens", getattr(gc, "max_new_tokens", None) if gc else None)
-        self.max_tokens = int(mnt) if mnt is not None else 0
+        # Unknown outside generate (a hand-written decoding loop): no limit.
+        self.max_tokens = int(mnt) if mnt is not None and int(mnt) > 0 else 2**31 - 1
         if "eos_token_id" in kw:
             eos = kw["eos_token_id"]
             self.eos = set() if eos is None else \

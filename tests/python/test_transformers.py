@@ -42,6 +42,7 @@ EXPECTED = {
     ("tiny-qwen2moe", "bf16"): ("identical", None, None, None, None),
 }
 
+transformers.utils.logging.disable_progress_bar()
 torch.set_num_threads(1)  # the finding is for one thread; more threads may block differently
 _models = {}
 
@@ -248,6 +249,45 @@ class HookBehaviour(unittest.TestCase):
             pad = t.segments.where(step=1, request=llmrr.torch.PADDING_REQUEST)
             self.assertGreaterEqual(int(pad["count"].sum()), 1)
         self.assertEqual(t.generated(ROW).tolist(), [first])
+
+    def test_trace_path_from_the_environment(self):
+        # No path: a shared recorder when $LLMRR_SHARED_RECORDER_LIB exports one (this library
+        # does not), else $LLMRR_TRACE.
+        model = load("tiny-llama", "f32")
+        os.environ["LLMRR_SHARED_RECORDER_LIB"] = os.environ["LLMRR_RECORDER_LIB"]
+        os.environ["LLMRR_TRACE"] = "env.trace"
+        try:
+            ids, mask = padded([TARGET])
+            with llmrr.torch.record(model):
+                model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3,
+                               do_sample=False, pad_token_id=0)
+            del os.environ["LLMRR_TRACE"]
+            with self.assertRaises(ValueError):
+                with llmrr.torch.record(model):
+                    pass
+        finally:
+            os.environ.pop("LLMRR_SHARED_RECORDER_LIB", None)
+            os.environ.pop("LLMRR_TRACE", None)
+        self.assertEqual(len(llmrr.open("env.trace").tokens), 3)
+
+    def test_forward_calls_without_generate(self):
+        # A hand-written decoding loop: each forward is a step, the next one's input is the
+        # token, and leaving the block finishes the request as aborted.
+        model = load("tiny-llama", "f32")
+        ids, mask = padded([TARGET])
+        with torch.no_grad(), llmrr.torch.record(model, "manual.trace"):
+            out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+            mask = torch.cat([mask, torch.ones(1, 1, dtype=mask.dtype)], dim=1)
+            model(input_ids=tok, attention_mask=mask, past_key_values=out.past_key_values,
+                  use_cache=True)
+        llmrr_cli("verify", "manual.trace")
+        t = llmrr.open("manual.trace")
+        self.assertEqual(t.steps.rows.tolist(), [len(TARGET), 1])
+        self.assertEqual(t.tokens.token.tolist(), [int(tok)])
+        self.assertEqual(t.tokens.position.tolist(), [len(TARGET)])
+        self.assertEqual(t.finishes.reason.tolist(), [2])  # aborted
+        self.assertEqual(t.segments.kind.tolist(), [0, 1])
 
     def test_record_leaves_the_model_as_it_was(self):
         model = load("tiny-llama", "f32")
