@@ -125,8 +125,11 @@ nlohmann::json header_json(const trace::TraceReader& r) {
   j["tool_version"] = h.tool_version;
   j["created_unix_ns"] = h.created_unix_ns;
   j["run_id"] = h.run_id;
-  j["host"] = {{"hostname", h.host.hostname}, {"os", h.host.os},       {"cpu", h.host.cpu},
-               {"cores", h.host.cores},       {"isa", h.host.isa}};
+  j["host"] = {{"hostname", h.host.hostname},
+               {"os", h.host.os},
+               {"cpu", h.host.cpu},
+               {"cores", h.host.cores},
+               {"isa", h.host.isa}};
   j["device"] = {{"kind", h.device.kind},
                  {"name", h.device.name},
                  {"compute_capability", h.device.compute_capability},
@@ -257,19 +260,16 @@ Status load(llmrr_reader* h) {
                                      {"max_abs", "f32"},
                                      {"blob", "i64"},
                                      {"top_count", "i32"}});
-  Table& topk = h->add("logits_topk", Table{{"logit", "i64"},
-                                            {"rank", "i32"},
-                                            {"id", "i32"},
-                                            {"value", "f32"}});
+  Table& topk = h->add("logits_topk",
+                       Table{{"logit", "i64"}, {"rank", "i32"}, {"id", "i32"}, {"value", "f32"}});
   Table& tok = h->add("tokens", Table{{"step", "i64"},
                                       {"request", "u64"},
                                       {"position", "i32"},
                                       {"token", "i32"},
                                       {"uniform", "f64"}});
-  Table& fin = h->add("finishes", Table{{"step", "i64"},
-                                        {"request", "u64"},
-                                        {"reason", "u8"},
-                                        {"generated", "i32"}});
+  Table& fin =
+      h->add("finishes",
+             Table{{"step", "i64"}, {"request", "u64"}, {"reason", "u8"}, {"generated", "i32"}});
   Table& ker = h->add("kernels", Table{{"step", "i64"},
                                        {"stream", "u64"},
                                        {"correlation", "u64"},
@@ -460,15 +460,14 @@ int find_column(const llmrr_reader* r, const char* fn, const char* table, const 
   if (r == nullptr) return fail(ErrorCode::kInvalidArgument, std::string(fn) + ": null reader");
   const Table* t = find_table(r, table);
   if (t == nullptr)
-    return fail(ErrorCode::kInvalidArgument,
-                std::string(fn) + ": unknown table '" + (table ? table : "(null)") +
-                    "' (tables: " + r->table_names + ")");
+    return fail(ErrorCode::kInvalidArgument, std::string(fn) + ": unknown table '" +
+                                                 (table ? table : "(null)") +
+                                                 "' (tables: " + r->table_names + ")");
   const Column* c = column ? t->find(column) : nullptr;
   if (c == nullptr)
-    return fail(ErrorCode::kInvalidArgument, std::string(fn) + ": table '" + table +
-                                                 "' has no column '" +
-                                                 (column ? column : "(null)") +
-                                                 "' (columns: " + t->listing + ")");
+    return fail(ErrorCode::kInvalidArgument,
+                std::string(fn) + ": table '" + table + "' has no column '" +
+                    (column ? column : "(null)") + "' (columns: " + t->listing + ")");
   *out = c;
   return LLMRR_OK;
 }
@@ -521,8 +520,8 @@ const char* llmrr_reader_tables(const llmrr_reader* reader) {
 const char* llmrr_reader_columns(const llmrr_reader* reader, const char* table) {
   const Table* t = find_table(reader, table);
   if (t == nullptr) {
-    fail(ErrorCode::kInvalidArgument, std::string("llmrr_reader_columns: unknown table '") +
-                                          (table ? table : "(null)") + "'");
+    fail(ErrorCode::kInvalidArgument,
+         std::string("llmrr_reader_columns: unknown table '") + (table ? table : "(null)") + "'");
     return nullptr;
   }
   return t->listing.c_str();
@@ -542,7 +541,8 @@ int llmrr_reader_column(const llmrr_reader* reader, const char* table, const cha
     return rc;
   if (c->type == "str")
     return fail(ErrorCode::kInvalidArgument, std::string("llmrr_reader_column: ") + table + "." +
-                                                 column + " is a str column (use llmrr_reader_strings)");
+                                                 column +
+                                                 " is a str column (use llmrr_reader_strings)");
   *data = c->bytes.empty() ? nullptr : c->bytes.data();
   *count = c->count;
   return LLMRR_OK;
@@ -563,8 +563,7 @@ int llmrr_reader_strings(const llmrr_reader* reader, const char* table, const ch
   return LLMRR_OK;
 }
 
-int llmrr_reader_blob(llmrr_reader* reader, int64_t id, void* out, size_t capacity,
-                      size_t* bytes) {
+int llmrr_reader_blob(llmrr_reader* reader, int64_t id, void* out, size_t capacity, size_t* bytes) {
   if (reader == nullptr || bytes == nullptr)
     return fail(ErrorCode::kInvalidArgument, "llmrr_reader_blob: null reader or size pointer");
   return guarded("llmrr_reader_blob", [&] {
@@ -577,7 +576,8 @@ int llmrr_reader_blob(llmrr_reader* reader, int64_t id, void* out, size_t capaci
 }
 
 int llmrr_reader_verify(const llmrr_reader* reader) {
-  if (reader == nullptr) return fail(ErrorCode::kInvalidArgument, "llmrr_reader_verify: null reader");
+  if (reader == nullptr)
+    return fail(ErrorCode::kInvalidArgument, "llmrr_reader_verify: null reader");
   return guarded("llmrr_reader_verify", [&] {
     Status st = reader->reader->verify();
     return st.ok() ? LLMRR_OK : fail(st);

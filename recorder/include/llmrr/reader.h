@@ -63,8 +63,8 @@ LLMRR_API const char* llmrr_reader_columns(const llmrr_reader* reader, const cha
 LLMRR_API int64_t llmrr_reader_rows(const llmrr_reader* reader, const char* table);
 
 /* A fixed-size column: *data points at *count elements of the column's type. */
-LLMRR_API int llmrr_reader_column(const llmrr_reader* reader, const char* table,
-                                  const char* column, const void** data, int64_t* count);
+LLMRR_API int llmrr_reader_column(const llmrr_reader* reader, const char* table, const char* column,
+                                  const void** data, int64_t* count);
 
 /* A str column: *data points at `rows` NUL-terminated strings back to back, *bytes long. */
 LLMRR_API int llmrr_reader_strings(const llmrr_reader* reader, const char* table,
