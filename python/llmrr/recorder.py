@@ -1,0 +1,116 @@
+"""llmrr.Recorder: the recorder C ABI (llmrr/recorder.h) for Python runtimes.
+
+    with llmrr.Recorder("run.trace", model_name="m", layers=2, hidden=64, vocab=300) as rec:
+        rec.add_request(0, prompt_ids, max_tokens=8)
+        rec.begin_step(0, [dict(request=0, start=0, count=len(prompt_ids), kind=0, sample=1)])
+        rec.rows("L0.out", ptr, llmrr.DTYPE_F32, rows, cols)   # pointer: no copy
+        ...
+        rec.end_step()
+
+Rows are passed as a host address (numpy .ctypes.data, torch .data_ptr()): the library
+fingerprints them in place. Every call raises LlmrrError with llmrr's message on failure.
+"""
+import ctypes
+import os
+
+from . import _lib
+from ._lib import LlmrrError
+
+
+class Recorder:
+    def __init__(self, path, **config):
+        L = _lib.lib()
+        self._L = L
+        cfg = _lib.Config()
+        L.llmrr_recorder_config_init(ctypes.byref(cfg))
+        self._keep = []  # strings must outlive the open call
+        for key, value in config.items():
+            if value is None:
+                continue
+            if key in ("capture",) and isinstance(value, str):
+                value = _lib.CAPTURE[value]
+            if key in ("logits_mode",) and isinstance(value, str):
+                value = _lib.LOGITS[value]
+            if isinstance(value, str):
+                value = value.encode()
+                self._keep.append(value)
+            setattr(cfg, key, value)
+        self.path = os.fspath(path)
+        self._h = ctypes.c_void_p()
+        self._check(L.llmrr_recorder_open(self.path.encode(), ctypes.byref(cfg),
+                                          ctypes.byref(self._h)), "open " + self.path)
+        self._wants = {}
+
+    def _check(self, rc, what):
+        if rc != _lib.OK:
+            raise LlmrrError(rc, "%s: %s (%d): %s" % (what, _lib.error_name(rc), rc,
+                                                      self._L.llmrr_recorder_last_error().decode()))
+
+    def add_request(self, rid, prompt, max_tokens, label="", temperature=0.0, top_k=0,
+                    top_p=1.0, seed=0, stop_at_eos=True, arrival_step=0):
+        prompt = [int(t) for t in prompt]
+        ids = (ctypes.c_int32 * max(1, len(prompt)))(*prompt)
+        lab = label.encode()
+        req = _lib.Request(id=rid, prompt=ids, prompt_len=len(prompt), temperature=temperature,
+                           top_k=top_k, top_p=top_p, seed=seed, max_tokens=max_tokens,
+                           arrival_step=arrival_step, stop_at_eos=1 if stop_at_eos else 0,
+                           label=lab)
+        self._check(self._L.llmrr_recorder_add_request(self._h, ctypes.byref(req)),
+                    "add_request %d" % rid)
+
+    def begin_step(self, step, segments):
+        arr = (_lib.Segment * max(1, len(segments)))(*[_lib.Segment(**s) for s in segments])
+        self._check(self._L.llmrr_recorder_begin_step(self._h, step, arr, len(segments)),
+                    "begin_step %d" % step)
+
+    def wants_rows(self, site):
+        v = self._wants.get(site)
+        if v is None:
+            v = self._L.llmrr_recorder_wants_rows(self._h, site.encode())
+            if v < 0:
+                self._check(-v, "wants_rows " + site)
+            v = self._wants[site] = v == 1
+        return v
+
+    def rows(self, site, address, dtype, rows, cols, ld=0, batch_rows=None):
+        br = None
+        if batch_rows is not None:
+            br = (ctypes.c_int32 * len(batch_rows))(*[int(b) for b in batch_rows])
+        self._check(self._L.llmrr_recorder_record_rows(self._h, site.encode(), address, dtype, rows,
+                                                       cols, ld, br), "rows " + site)
+
+    def routing(self, layer, rows, k, experts_total, chosen, experts=None, gates=None,
+                outcome=None, capacity=0):
+        """chosen / experts: int32 host addresses (rows x k); gates: float32; outcome: uint8."""
+        r = _lib.Routing(layer=layer, rows=rows, k=k, experts_total=experts_total,
+                         capacity=capacity, chosen=chosen, experts=experts, gates=gates,
+                         outcome=outcome)
+        self._check(self._L.llmrr_recorder_record_routing(self._h, ctypes.byref(r)),
+                    "routing L%d" % layer)
+
+    def logits(self, request, position, batch_row, address, dtype, vocab):
+        self._check(self._L.llmrr_recorder_record_logits(self._h, request, position, batch_row,
+                                                         address, dtype, vocab), "logits")
+
+    def token(self, request, position, token, uniform=-1.0):
+        self._check(self._L.llmrr_recorder_record_token(self._h, request, position, token, uniform),
+                    "token")
+
+    def finish(self, request, reason, generated):
+        self._check(self._L.llmrr_recorder_record_finish(self._h, request, reason, generated),
+                    "finish")
+
+    def end_step(self):
+        self._check(self._L.llmrr_recorder_end_step(self._h), "end_step")
+
+    def close(self):
+        if self._h:
+            rc = self._L.llmrr_recorder_close(self._h)
+            self._h = ctypes.c_void_p()
+            self._check(rc, "close " + self.path)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
