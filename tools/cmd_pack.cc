@@ -50,13 +50,14 @@ int run_pack_command(int argc, char** argv) {
     }
     for (size_t i = 0; i < s->redactions.size(); ++i) {
       const replay::RedactReport& r = s->redactions[i];
-      std::printf("redacted %s: kept %zu request(s) whole, %zu reduced to their shape (%lld prompt "
-                  "ids, %lld row fingerprints, %lld logits, %lld tokens, %lld blobs removed)\n",
-                  o.traces[i].c_str(), r.kept.size(), r.redacted.size(),
-                  static_cast<long long>(r.prompt_tokens_removed),
-                  static_cast<long long>(r.row_fingerprints_removed),
-                  static_cast<long long>(r.logits_removed), static_cast<long long>(r.tokens_removed),
-                  static_cast<long long>(r.blobs_removed));
+      std::printf(
+          "redacted %s: kept %zu request(s) whole, %zu reduced to their shape (%lld prompt "
+          "ids, %lld row fingerprints, %lld logits, %lld tokens, %lld blobs removed)\n",
+          o.traces[i].c_str(), r.kept.size(), r.redacted.size(),
+          static_cast<long long>(r.prompt_tokens_removed),
+          static_cast<long long>(r.row_fingerprints_removed),
+          static_cast<long long>(r.logits_removed), static_cast<long long>(r.tokens_removed),
+          static_cast<long long>(r.blobs_removed));
     }
     std::printf("wrote %s (%s)\n", out.c_str(), cli::human_bytes(s->file_bytes).c_str());
   }

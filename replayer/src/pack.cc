@@ -37,7 +37,9 @@ void put_u32(unsigned char* p, uint32_t v) {
 void put_u64(unsigned char* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }
-uint16_t get_u16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+uint16_t get_u16(const unsigned char* p) {
+  return static_cast<uint16_t>(p[0] | p[1] << 8);
+}
 uint32_t get_u32(const unsigned char* p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; ++i) v |= uint32_t{p[i]} << (8 * i);
@@ -531,8 +533,9 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
   unsigned char h[16];
   size_t got = std::fread(h, 1, 16, f.get());
   if (got < 8 || std::memcmp(h, kPackMagic, 8) != 0) {
-    return make_error(ErrorCode::kBadMagic,
-                      pack + ": not an llmrr bundle (expected the magic \\x89LLMRRB\\n at offset 0)");
+    return make_error(
+        ErrorCode::kBadMagic,
+        pack + ": not an llmrr bundle (expected the magic \\x89LLMRRB\\n at offset 0)");
   }
   if (got < 16) {
     return make_error(ErrorCode::kTruncated, pack + ": the bundle header is cut short (" +
@@ -540,10 +543,10 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
   }
   const uint16_t major = get_u16(h + 8);
   if (major > kPackMajor) {
-    return make_error(ErrorCode::kVersionTooNew,
-                      pack + ": bundle format " + std::to_string(major) + "." +
-                          std::to_string(get_u16(h + 10)) + " is newer than this llmrr reads (" +
-                          std::to_string(kPackMajor) + ".x)");
+    return make_error(ErrorCode::kVersionTooNew, pack + ": bundle format " + std::to_string(major) +
+                                                     "." + std::to_string(get_u16(h + 10)) +
+                                                     " is newer than this llmrr reads (" +
+                                                     std::to_string(kPackMajor) + ".x)");
   }
   if (dir.empty() == false) RETURN_IF_ERROR(mkdirs(dir));
 
@@ -563,10 +566,9 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
       unsigned char e[12];
       RETURN_IF_ERROR(z.read(e, 12, "end record"));
       if (get_u32(e) != index) {
-        return make_error(ErrorCode::kSemantic, pack + ": the end record counts " +
-                                                    std::to_string(get_u32(e)) +
-                                                    " entries, the bundle holds " +
-                                                    std::to_string(index));
+        return make_error(ErrorCode::kSemantic,
+                          pack + ": the end record counts " + std::to_string(get_u32(e)) +
+                              " entries, the bundle holds " + std::to_string(index));
       }
       if (get_u64(e + 4) != XXH3_64bits_digest(hasher)) {
         return make_error(ErrorCode::kChecksumMismatch,
@@ -640,8 +642,9 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
   nlohmann::json m = nlohmann::json::parse(c.manifest_json, nullptr, false);
   if (!m.is_object() || m.value("format", "") != "llmrr-pack") {
     return make_error(ErrorCode::kSemantic,
-                      pack + ": manifest.json is not an llmrr-pack manifest (JSON object with "
-                             "\"format\": \"llmrr-pack\")");
+                      pack +
+                          ": manifest.json is not an llmrr-pack manifest (JSON object with "
+                          "\"format\": \"llmrr-pack\")");
   }
   c.redacted = m.value("redacted", false);
   if (m.contains("kept") && m["kept"].is_array()) {

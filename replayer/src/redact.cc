@@ -101,9 +101,10 @@ class StepRedactor {
     }
     s.logits = std::move(logits);
     const size_t tokens = s.tokens.size();
-    s.tokens.erase(std::remove_if(s.tokens.begin(), s.tokens.end(),
-                                  [&](const trace::TokenRecord& t) { return !keep_.count(t.request); }),
-                   s.tokens.end());
+    s.tokens.erase(
+        std::remove_if(s.tokens.begin(), s.tokens.end(),
+                       [&](const trace::TokenRecord& t) { return !keep_.count(t.request); }),
+        s.tokens.end());
     rep_->tokens_removed += static_cast<int64_t>(tokens - s.tokens.size());
   }
 
@@ -162,8 +163,8 @@ Result<RedactReport> redact_trace(const std::string& in, const std::string& out,
         ASSIGN_OR_RETURN(bool got, cur.next(&step));
         if (!got) break;
         redactor.redact(step);
-        RETURN_IF_ERROR(writer->append_step(step).with_context(
-            "redacting " + in + ", step " + std::to_string(step.step) + ": "));
+        RETURN_IF_ERROR(writer->append_step(step).with_context("redacting " + in + ", step " +
+                                                               std::to_string(step.step) + ": "));
       }
     } else if (fi.kind == trace::FrameKind::kTensorBlob) {
       ASSIGN_OR_RETURN(trace::BlobInfo info, reader->blob_info(fi.first));

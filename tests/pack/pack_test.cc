@@ -22,8 +22,8 @@ using rtest::read_file;
 using rtest::run_command;
 using rtest::temp_path;
 
-const char* kSecrets[] = {"ZEBRA-QUOKKA-7741 the vault code is plum", "WALRUS-NARWHAL-1234 my diary",
-                          "OCELOT-IBEX-9911 private key hunter2"};
+const char* kSecrets[] = {"ZEBRA-QUOKKA-7741 the vault code is plum",
+                          "WALRUS-NARWHAL-1234 my diary", "OCELOT-IBEX-9911 private key hunter2"};
 const char* kSecretLabels[] = {"alice@example.com", "bob-private-label", "carol-ssn-123"};
 
 // Target (request 0) plus three requests carrying secrets, arriving over the first steps;
@@ -232,9 +232,9 @@ TEST(Pack, KeptRequestReplaysBitExactFromTheBundle) {
 TEST(Pack, CliRedactReplaysTheKeptRequestByDefault) {
   const std::string bundle = temp_path("cli.llmrr");
   std::string out;
-  int rc = run_command(rtest::llmrr_binary() + " pack " + secret_trace() +
-                           " --redact --keep 0 -o " + bundle,
-                       &out, true);
+  int rc = run_command(
+      rtest::llmrr_binary() + " pack " + secret_trace() + " --redact --keep 0 -o " + bundle, &out,
+      true);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_TRUE(contains(out, "redacted")) << out;
   rc = run_command(rtest::llmrr_binary() + " replay " + bundle, &out, true);
@@ -246,7 +246,7 @@ TEST(Pack, CliRedactReplaysTheKeptRequestByDefault) {
   // Usage errors: one line, exit 2.
   for (const std::string& args : {std::string(" --redact -o ") + bundle + ".x",
                                   std::string(" --redact --keep 99 -o ") + bundle + ".x"}) {
-    rc = run_command(rtest::llmrr_binary() + " pack " + secret_trace() + args , &out, true);
+    rc = run_command(rtest::llmrr_binary() + " pack " + secret_trace() + args, &out, true);
     EXPECT_EQ(rc, 2) << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   }
@@ -260,9 +260,9 @@ TEST(Pack, UnredactedRoundTripIsByteIdentical) {
   ASSERT_TRUE(loaded.ok);
   const std::string bundle = temp_path("rt.llmrr");
   std::string out;
-  int rc = run_command(rtest::llmrr_binary() + " pack " + secret_trace() + " " + loaded.path +
-                           " -o " + bundle,
-                       &out, true);
+  int rc = run_command(
+      rtest::llmrr_binary() + " pack " + secret_trace() + " " + loaded.path + " -o " + bundle, &out,
+      true);
   ASSERT_EQ(rc, 0) << out;
   const std::string dir = temp_path("rt-out");
   rc = run_command(rtest::llmrr_binary() + " unpack " + bundle + " -o " + dir, &out, true);
@@ -318,10 +318,10 @@ TEST(Pack, DamagedBundlesExitTwoWithOneLine) {
   for (const Case& k : cases) {
     const std::string p = temp_path("bad-" + k.name + ".llmrr");
     rtest::write_file(p, k.bytes);
-    for (const std::string& cmd : {std::string(" unpack --list "), std::string(" replay "),
-                                   std::string(" inspect ")}) {
+    for (const std::string& cmd :
+         {std::string(" unpack --list "), std::string(" replay "), std::string(" inspect ")}) {
       std::string out;
-      int rc = run_command(rtest::llmrr_binary() + cmd + p , &out, true);
+      int rc = run_command(rtest::llmrr_binary() + cmd + p, &out, true);
       // Not a bundle ("empty", "text"): unpack says so; the trace commands read it as a
       // (bad) trace. A damaged bundle: every command names the problem.
       EXPECT_EQ(rc, 2) << k.name << cmd << out;

@@ -17,7 +17,9 @@ using rtest::read_file;
 using rtest::run_command;
 using rtest::temp_path;
 
-std::string llmrr() { return rtest::llmrr_binary(); }
+std::string llmrr() {
+  return rtest::llmrr_binary();
+}
 
 // The demo's pair: 'Once upon a time' alone, then with 16 other requests (bf16, production):
 // a visible split.
@@ -27,10 +29,11 @@ struct Pair {
 const Pair& split_pair() {
   static const Pair p = [] {
     Pair x{temp_path("alone.trace"), temp_path("loaded.trace")};
-    const std::string common = " record --model builtin:tiny-moe --dtype bf16 --prompt "
-                               "'Once upon a time' --max-tokens 48 --capture all -o ";
+    const std::string common =
+        " record --model builtin:tiny-moe --dtype bf16 --prompt "
+        "'Once upon a time' --max-tokens 48 --capture all -o ";
     std::string out;
-    EXPECT_EQ(run_command(llmrr() + common + x.a , &out, true), 0) << out;
+    EXPECT_EQ(run_command(llmrr() + common + x.a, &out, true), 0) << out;
     EXPECT_EQ(run_command(llmrr() + common + x.b + " --load 16", &out, true), 0) << out;
     return x;
   }();
@@ -47,11 +50,11 @@ const std::string& hostile_trace() {
     std::string out;
     // The prompt goes through a file: no shell quoting of the payload.
     const std::string req = temp_path("hostile.jsonl");
-    nlohmann::json line = {{"prompt", kHostilePrompt}, {"max_tokens", 6},
-                           {"label", "<b>label</b>"}};
+    nlohmann::json line = {
+        {"prompt", kHostilePrompt}, {"max_tokens", 6}, {"label", "<b>label</b>"}};
     rtest::write_file(req, line.dump() + "\n");
     EXPECT_EQ(run_command(llmrr() + " record --model builtin:tiny-moe --requests " + req +
-                              " --capture layers -o " + p ,
+                              " --capture layers -o " + p,
                           &out, true),
               0)
         << out;
@@ -74,14 +77,13 @@ TEST(Report, SplitPairHasEveryPart) {
   const Pair& p = split_pair();
   const std::string html_path = temp_path("pair.html");
   std::string out;
-  ASSERT_EQ(run_command(llmrr() + " report " + p.a + " " + p.b + " -o " + html_path , &out, true),
-            0)
+  ASSERT_EQ(run_command(llmrr() + " report " + p.a + " " + p.b + " -o " + html_path, &out, true), 0)
       << out;
   const std::string html = read_file(html_path);
-  for (const char* id : {"id=\"runs\"", "id=\"summary\"", "id=\"requests\"", "id=\"batches\"",
-                         "id=\"plans\"", "id=\"routing\"", "id=\"margins-0\"", "id=\"heatmap-0\"",
-                         "id=\"batch-rows\"", "id=\"expert-load-0\"",
-                         "id=\"expert-load-1\"", "mark class=\"split\""}) {
+  for (const char* id :
+       {"id=\"runs\"", "id=\"summary\"", "id=\"requests\"", "id=\"batches\"", "id=\"plans\"",
+        "id=\"routing\"", "id=\"margins-0\"", "id=\"heatmap-0\"", "id=\"batch-rows\"",
+        "id=\"expert-load-0\"", "id=\"expert-load-1\"", "mark class=\"split\""}) {
     EXPECT_TRUE(has(html, id)) << id;
   }
   EXPECT_TRUE(has(html, "visible split"));
@@ -97,7 +99,7 @@ TEST(Report, SplitPairHasEveryPart) {
   EXPECT_EQ(count(html, "<script"), 1u);
   // The same from a bundle of the two traces.
   const std::string bundle = temp_path("pair.llmrr");
-  ASSERT_EQ(run_command(llmrr() + " pack " + p.a + " " + p.b + " -q -o " + bundle , &out, true), 0)
+  ASSERT_EQ(run_command(llmrr() + " pack " + p.a + " " + p.b + " -q -o " + bundle, &out, true), 0)
       << out;
   ASSERT_EQ(run_command(llmrr() + " report " + bundle + " -o " + html_path + ".2", &out, true), 0)
       << out;
@@ -107,8 +109,7 @@ TEST(Report, SplitPairHasEveryPart) {
 TEST(Report, OneTrace) {
   const std::string html_path = temp_path("one.html");
   std::string out;
-  ASSERT_EQ(run_command(llmrr() + " report " + split_pair().b + " -o " + html_path , &out, true),
-            0)
+  ASSERT_EQ(run_command(llmrr() + " report " + split_pair().b + " -o " + html_path, &out, true), 0)
       << out;
   const std::string html = read_file(html_path);
   for (const char* id : {"id=\"runs\"", "id=\"requests\"", "id=\"batches\"", "id=\"plans\"",
@@ -123,8 +124,7 @@ TEST(Report, BadInputExitsTwo) {
   std::string out;
   const std::string junk = temp_path("junk.trace");
   rtest::write_file(junk, "not a trace");
-  EXPECT_EQ(run_command(llmrr() + " report " + junk + " -o " + temp_path("x.html") , &out, true),
-            2);
+  EXPECT_EQ(run_command(llmrr() + " report " + junk + " -o " + temp_path("x.html"), &out, true), 2);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_EQ(run_command(llmrr() + " report", &out, true), 2);
 }
@@ -132,8 +132,7 @@ TEST(Report, BadInputExitsTwo) {
 TEST(Report, EveryTraceStringIsEscaped) {
   const std::string html_path = temp_path("hostile.html");
   std::string out;
-  ASSERT_EQ(run_command(llmrr() + " report " + hostile_trace() + " -o " + html_path , &out, true),
-            0)
+  ASSERT_EQ(run_command(llmrr() + " report " + hostile_trace() + " -o " + html_path, &out, true), 0)
       << out;
   const std::string html = read_file(html_path);
   EXPECT_FALSE(has(html, "<script>document.title"));
@@ -141,7 +140,8 @@ TEST(Report, EveryTraceStringIsEscaped) {
   EXPECT_FALSE(has(html, "<img src=x"));
   EXPECT_FALSE(has(html, "<b>label</b>"));
   EXPECT_FALSE(has(html, "<!-- &"));
-  EXPECT_TRUE(has(html, "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;&lt;/textarea&gt;"))
+  EXPECT_TRUE(
+      has(html, "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;&lt;/textarea&gt;"))
       << "the prompt is shown, escaped";
   EXPECT_TRUE(has(html, "&lt;b&gt;label&lt;/b&gt;"));
   EXPECT_EQ(count(html, "<script"), 1u);
@@ -170,16 +170,17 @@ struct Rendered {
 // Loads `html` in headless Chromium; the DOM after scripts ran and the console log lines.
 Rendered render(const std::string& html, const std::string& screenshot = "") {
   Rendered r;
-  const std::string profile = temp_path("chromium-profile-" + std::to_string(::getpid()) +
-                                        std::to_string(std::rand()));
+  const std::string profile =
+      temp_path("chromium-profile-" + std::to_string(::getpid()) + std::to_string(std::rand()));
   const std::string log = profile + ".log";
-  const std::string flags = " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
-                            "--no-first-run --disable-extensions --disable-background-networking "
-                            "--user-data-dir=" + profile +
-                            " --enable-logging=stderr --v=0 --virtual-time-budget=3000 ";
-  r.rc = run_command("(timeout 120 " + chromium() + flags + "--dump-dom file://" + html + " 2>" +
-                         log + ")",
-                     &r.dom);
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
+      "--no-first-run --disable-extensions --disable-background-networking "
+      "--user-data-dir=" +
+      profile + " --enable-logging=stderr --v=0 --virtual-time-budget=3000 ";
+  r.rc = run_command(
+      "(timeout 120 " + chromium() + flags + "--dump-dom file://" + html + " 2>" + log + ")",
+      &r.dom);
   std::string all = read_file(log);
   // Console messages (errors, CSP refusals, uncaught exceptions) are logged as CONSOLE lines.
   size_t start = 0;
@@ -192,8 +193,11 @@ Rendered render(const std::string& html, const std::string& screenshot = "") {
   }
   if (!screenshot.empty()) {
     std::string out;
-    run_command("timeout 120 " + chromium() + flags + "--hide-scrollbars --window-size=1280,2200 "
-                "--screenshot=" + screenshot + " file://" + html + " 2>/dev/null", &out);
+    run_command("timeout 120 " + chromium() + flags +
+                    "--hide-scrollbars --window-size=1280,2200 "
+                    "--screenshot=" +
+                    screenshot + " file://" + html + " 2>/dev/null",
+                &out);
   }
   return r;
 }
@@ -202,9 +206,10 @@ TEST(ReportChromium, ConsoleCheckCatchesAnError) {
   if (chromium().empty()) GTEST_SKIP() << "no chromium (tools/setup-report installs it)";
   // The check below is not vacuous: a page that throws and breaks its CSP is caught.
   const std::string bad = temp_path("bad.html");
-  rtest::write_file(bad, "<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" "
-                         "content=\"script-src 'nonce-x'\"></head><body><script nonce=\"x\">"
-                         "undefined_function();</script><script>1</script></body></html>");
+  rtest::write_file(bad,
+                    "<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" "
+                    "content=\"script-src 'nonce-x'\"></head><body><script nonce=\"x\">"
+                    "undefined_function();</script><script>1</script></body></html>");
   Rendered r = render(bad);
   EXPECT_EQ(r.rc, 0);
   EXPECT_TRUE(has(r.log, "undefined_function")) << r.log;
@@ -215,7 +220,7 @@ TEST(ReportChromium, RendersWithoutConsoleErrors) {
   const Pair& p = split_pair();
   const std::string html = temp_path("chromium.html");
   std::string out;
-  ASSERT_EQ(run_command(llmrr() + " report " + p.a + " " + p.b + " -o " + html , &out, true), 0)
+  ASSERT_EQ(run_command(llmrr() + " report " + p.a + " " + p.b + " -o " + html, &out, true), 0)
       << out;
   const std::string png = std::string(LLMRR_REPORT_SCREENSHOT_DIR) + "/report.png";
   ::unlink(png.c_str());
@@ -241,7 +246,7 @@ TEST(ReportChromium, HostilePromptDoesNotRun) {
   if (chromium().empty()) GTEST_SKIP() << "no chromium (tools/setup-report installs it)";
   const std::string html = temp_path("hostile-chromium.html");
   std::string out;
-  ASSERT_EQ(run_command(llmrr() + " report " + hostile_trace() + " -o " + html , &out, true), 0)
+  ASSERT_EQ(run_command(llmrr() + " report " + hostile_trace() + " -o " + html, &out, true), 0)
       << out;
   Rendered r = render(html);
   ASSERT_EQ(r.rc, 0);

@@ -42,7 +42,9 @@ TraceInput& TraceInput::operator=(TraceInput&& o) noexcept {
   return *this;
 }
 
-TraceInput::~TraceInput() { remove_tree(temp_dir); }
+TraceInput::~TraceInput() {
+  remove_tree(temp_dir);
+}
 
 Result<TraceInput> open_trace_input(const std::string& path) {
   TraceInput in;
@@ -53,8 +55,8 @@ Result<TraceInput> open_trace_input(const std::string& path) {
   const char* tmp = std::getenv("TMPDIR");
   std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/llmrr-pack-XXXXXX";
   if (::mkdtemp(templ.data()) == nullptr) {
-    return make_error(ErrorCode::kIo, templ + ": cannot create a temporary directory: " +
-                                          std::strerror(errno));
+    return make_error(ErrorCode::kIo,
+                      templ + ": cannot create a temporary directory: " + std::strerror(errno));
   }
   in.temp_dir = templ;
   in.from_pack = true;
@@ -98,8 +100,8 @@ Status use_bundle_for_replay(const TraceInput& input, std::string* path, std::st
   }
   return make_error(ErrorCode::kInvalidArgument,
                     "--request " + std::to_string(**request) +
-                        ": the bundle is redacted, that request's data was removed (kept: " +
-                        kept + ")");
+                        ": the bundle is redacted, that request's data was removed (kept: " + kept +
+                        ")");
 }
 
 }  // namespace llmrr::cli

@@ -16,7 +16,7 @@ namespace llmrr::cli {
 struct TraceInput {
   std::vector<std::string> traces;  // one for a trace file; the bundle's traces otherwise
   bool from_pack = false;
-  std::string model;            // a bundled model's spec, or ""
+  std::string model;  // a bundled model's spec, or ""
   bool redacted = false;
   std::vector<RequestId> kept;  // the requests a redacted bundle keeps whole
   std::string temp_dir;         // removed with the TraceInput

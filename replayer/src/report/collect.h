@@ -27,7 +27,7 @@ struct Sample {
 struct RequestData {
   trace::RequestRecord record;  // arrival record (prompt ids, params, label)
   trace::RequestSummary summary;
-  std::vector<Sample> samples;  // by position
+  std::vector<Sample> samples;                      // by position
   std::vector<std::pair<int32_t, int32_t>> tokens;  // (position, token), in order
   // Layer-output fingerprints by (position, packed site), for the requests of interest.
   std::map<std::pair<int32_t, uint64_t>, trace::Fingerprint> layer_rows;

@@ -155,7 +155,7 @@ footer{margin-top:30px;color:var(--muted);font-size:12px}
 )CSS";
 
 std::string verdict_badge(Verdict v) {
-  const char* cls = v == Verdict::kIdentical ? "v-identical"
+  const char* cls = v == Verdict::kIdentical   ? "v-identical"
                     : v == Verdict::kNumerical ? "v-numerical"
                                                : "v-visible";
   return std::string("<span class=\"verdict ") + cls + "\">" + esc(verdict_name(v)) + "</span>";
@@ -251,7 +251,11 @@ std::string runs_section(const std::vector<const TraceData*>& ts) {
   std::string head = "<tr><th></th>";
   for (size_t i = 0; i < ts.size(); ++i) {
     head += std::string("<th style=\"color:") + (i == 0 ? report::kColorA : report::kColorB) +
-            "\">" + (ts.size() == 1 ? "trace" : i == 0 ? "A" : "B") + "</th>";
+            "\">" +
+            (ts.size() == 1 ? "trace"
+             : i == 0       ? "A"
+                            : "B") +
+            "</th>";
   }
   head += "</tr>";
   const std::set<std::string> key = {"file", "model", "policy", "load / seed", "contents"};
@@ -270,9 +274,10 @@ std::string runs_section(const std::vector<const TraceData*>& ts) {
   }
   std::string out = "<section id=\"runs\"><h2>Runs</h2>";
   if (ts.size() == 2) {
-    out += "<p>" + esc(differing == 0 ? std::string("Every recorded setting is the same.")
-                                      : std::to_string(differing) +
-                                            " recorded setting(s) differ (highlighted).") +
+    out += "<p>" +
+           esc(differing == 0
+                   ? std::string("Every recorded setting is the same.")
+                   : std::to_string(differing) + " recorded setting(s) differ (highlighted).") +
            "</p>";
   }
   out += "<table>" + head + brief + "</table><details><summary>Every recorded setting</summary>" +
@@ -348,8 +353,10 @@ std::string distance_heatmap(const RequestDiff& d, const RequestData& a, const R
   });
   report::Heatmap h;
   h.id = id;
-  h.title = "Fingerprint distance |\u0394l2| / l2, layer outputs, from the first differing row "
-            "(position " + std::to_string(start) + ")";
+  h.title =
+      "Fingerprint distance |\u0394l2| / l2, layer outputs, from the first differing row "
+      "(position " +
+      std::to_string(start) + ")";
   h.x_label = "position (prompt rows, then one per generated token)";
   h.legend_low = "1e-8";
   h.legend_high = "1 (relative)";
@@ -392,8 +399,8 @@ std::string distance_heatmap(const RequestDiff& d, const RequestData& a, const R
 
 // Positions before `until` (where the runs' tokens are still the same, so a routing
 // difference is not simply a different input) whose experts differ, per layer.
-std::string routing_bars(const RequestData& a, const RequestData& b, int32_t layers,
-                         int32_t until, const std::string& id) {
+std::string routing_bars(const RequestData& a, const RequestData& b, int32_t layers, int32_t until,
+                         const std::string& id) {
   report::Bars bars;
   bars.id = id;
   bars.title = "Routing differences per layer: positions whose experts differ" +
@@ -460,10 +467,10 @@ std::string diff_request(const DiffReport& r, const RequestDiff& d, const TraceD
   if (d.verdict != Verdict::kIdentical) {
     std::string line;
     if (d.verdict == Verdict::kVisible) {
-      line = "Split at token " + std::to_string(d.visible_position - d.prompt_len) +
-             " (position " + std::to_string(d.visible_position) + ")";
-      if (d.split_position >= 0) line += "; logits first differ at position " +
-                                         std::to_string(d.split_position);
+      line = "Split at token " + std::to_string(d.visible_position - d.prompt_len) + " (position " +
+             std::to_string(d.visible_position) + ")";
+      if (d.split_position >= 0)
+        line += "; logits first differ at position " + std::to_string(d.split_position);
     } else {
       line = "Numerical split only: logits first differ at position " +
              std::to_string(d.split_position) + ", every token the same";
@@ -497,13 +504,13 @@ std::string diff_request(const DiffReport& r, const RequestDiff& d, const TraceD
   }
   if (d.verdict == Verdict::kVisible) {
     mc.markers.push_back({static_cast<double>(d.visible_position - 1),
-                          "token " + std::to_string(d.visible_position - d.prompt_len) +
-                              " differs",
+                          "token " + std::to_string(d.visible_position - d.prompt_len) + " differs",
                           "#7b1fa2"});
   }
   out += render(mc);
   if (d.verdict != Verdict::kIdentical) {
-    out += distance_heatmap(d, *a, *b, A.layers, o.max_positions, "heatmap-" + std::to_string(index));
+    out +=
+        distance_heatmap(d, *a, *b, A.layers, o.max_positions, "heatmap-" + std::to_string(index));
     if (A.experts > 0) {
       const int32_t until = d.verdict == Verdict::kVisible ? d.visible_position : INT32_MAX;
       out += routing_bars(*a, *b, A.layers, until, "routing-diff-" + std::to_string(index));
@@ -526,20 +533,22 @@ std::string summary_section(const DiffReport& r) {
     out += ".</p>";
   }
   for (const std::string& n : r.notes) out += "<p class=\"note\">" + esc(n) + "</p>";
-  out += "<p>" + esc(std::to_string(r.requests.size()) + " request(s) in common (aligned by " +
-                     r.alignment + ")" +
-                     (r.only_a.empty() ? "" : ", " + std::to_string(r.only_a.size()) + " only in A") +
-                     (r.only_b.empty() ? "" : ", " + std::to_string(r.only_b.size()) + " only in B")) +
-         ".</p>";
-  out += "<table><tr><th>request</th><th>label</th><th>verdict</th><th>logits differ at</th>"
-         "<th>token differs at</th><th>first differing site</th><th>cause</th></tr>";
+  out +=
+      "<p>" +
+      esc(std::to_string(r.requests.size()) + " request(s) in common (aligned by " + r.alignment +
+          ")" + (r.only_a.empty() ? "" : ", " + std::to_string(r.only_a.size()) + " only in A") +
+          (r.only_b.empty() ? "" : ", " + std::to_string(r.only_b.size()) + " only in B")) +
+      ".</p>";
+  out +=
+      "<table><tr><th>request</th><th>label</th><th>verdict</th><th>logits differ at</th>"
+      "<th>token differs at</th><th>first differing site</th><th>cause</th></tr>";
   for (const RequestDiff& d : r.requests) {
-    out += "<tr>" + td(std::to_string(d.a) + (d.a != d.b ? " / " + std::to_string(d.b) : ""), true) +
+    out += "<tr>" +
+           td(std::to_string(d.a) + (d.a != d.b ? " / " + std::to_string(d.b) : ""), true) +
            td(d.label) + "<td>" + verdict_badge(d.verdict) + "</td>" +
            td(d.split_position >= 0 ? "position " + std::to_string(d.split_position) : "") +
-           td(d.visible_position >= 0
-                  ? "token " + std::to_string(d.visible_position - d.prompt_len)
-                  : "") +
+           td(d.visible_position >= 0 ? "token " + std::to_string(d.visible_position - d.prompt_len)
+                                      : "") +
            td(d.first_site) + td(d.cause) + "</tr>";
   }
   return out + "</table></section>";
@@ -548,16 +557,17 @@ std::string summary_section(const DiffReport& r) {
 std::string single_request(const RequestData& r, const Decoder& dec, int index) {
   std::string who = "request " + std::to_string(r.record.id) +
                     (r.record.label.empty() ? "" : " \u201c" + r.record.label + "\u201d");
-  std::string out = "<div class=\"request\" id=\"request-" + std::to_string(index) + "\"><h3>" +
-                    esc(who) + "</h3><p class=\"muted\">" +
-                    esc("prompt " + std::to_string(r.summary.prompt_len) + " tokens, arrived at step " +
-                        std::to_string(r.summary.arrival_step) + ", " +
-                        std::to_string(r.summary.generated) + " generated, " +
-                        (r.summary.finish_step >= 0
-                             ? std::string("finished (") + trace::finish_reason_name(r.summary.reason) +
-                                   ") at step " + std::to_string(r.summary.finish_step)
-                             : std::string("unfinished"))) +
-                    "</p><div class=\"charts\">";
+  std::string out =
+      "<div class=\"request\" id=\"request-" + std::to_string(index) + "\"><h3>" + esc(who) +
+      "</h3><p class=\"muted\">" +
+      esc("prompt " + std::to_string(r.summary.prompt_len) + " tokens, arrived at step " +
+          std::to_string(r.summary.arrival_step) + ", " + std::to_string(r.summary.generated) +
+          " generated, " +
+          (r.summary.finish_step >= 0
+               ? std::string("finished (") + trace::finish_reason_name(r.summary.reason) +
+                     ") at step " + std::to_string(r.summary.finish_step)
+               : std::string("unfinished"))) +
+      "</p><div class=\"charts\">";
   report::LineChart mc;
   mc.id = "margins-" + std::to_string(index);
   mc.title = "Top1 \u2212 top2 logit margin at each sampled row (small = near-tie)";
@@ -565,12 +575,11 @@ std::string single_request(const RequestData& r, const Decoder& dec, int index) 
   mc.y_label = "margin";
   mc.series.push_back(margin_series(r, "margin", report::kColorA));
   if (!r.samples.empty()) {
-    const auto lo = std::min_element(r.samples.begin(), r.samples.end(),
-                                     [](const report::Sample& x, const report::Sample& y) {
-                                       return x.margin < y.margin;
-                                     });
-    mc.markers.push_back({static_cast<double>(lo->position),
-                          "smallest " + fmt("%.3g", lo->margin), "#7b1fa2"});
+    const auto lo = std::min_element(
+        r.samples.begin(), r.samples.end(),
+        [](const report::Sample& x, const report::Sample& y) { return x.margin < y.margin; });
+    mc.markers.push_back(
+        {static_cast<double>(lo->position), "smallest " + fmt("%.3g", lo->margin), "#7b1fa2"});
   }
   out += render(mc) + "<div class=\"side\">" + text_block(dec, r, -1) + "</div></div>";
   return out + "</div>";
@@ -610,8 +619,8 @@ std::string kind_name(int kind) {
   const bool expert = k == SiteKind::kExpertGate || k == SiteKind::kExpertUp ||
                       k == SiteKind::kExpertAct || k == SiteKind::kExpertDown;
   const bool global = k == SiteKind::kEmbed || k == SiteKind::kFinalNorm || k == SiteKind::kLogits;
-  std::string s = site_name(SiteId{k, static_cast<int16_t>(global ? -1 : 0),
-                                   static_cast<int16_t>(expert ? 0 : -1)});
+  std::string s = site_name(
+      SiteId{k, static_cast<int16_t>(global ? -1 : 0), static_cast<int16_t>(expert ? 0 : -1)});
   if (s.rfind("L0.", 0) == 0) s = s.substr(3);
   size_t e = s.find("e0.");
   if (expert && e != std::string::npos) s.replace(e, 3, "e*.");
@@ -619,9 +628,10 @@ std::string kind_name(int kind) {
 }
 
 std::string plans_section(const std::vector<const TraceData*>& ts) {
-  std::string out = "<section id=\"plans\"><h2>Plans in force over steps</h2>"
-                    "<p class=\"muted\">For each op, the plan at its first layer (expert GEMMs: the "
-                    "first expert that ran); one cell per step. Hover a cell for the plan.</p>";
+  std::string out =
+      "<section id=\"plans\"><h2>Plans in force over steps</h2>"
+      "<p class=\"muted\">For each op, the plan at its first layer (expert GEMMs: the "
+      "first expert that ran); one cell per step. Hover a cell for the plan.</p>";
   std::set<int> kinds;
   for (const TraceData* t : ts) {
     for (const report::StepData& s : t->steps) {
@@ -717,8 +727,9 @@ std::string routing_section(const std::vector<const TraceData*>& ts) {
     const TraceData& t = *ts[i];
     report::Heatmap h;
     h.id = "expert-load-" + std::to_string(i);
-    h.title = std::string("Expert load (token slots routed), ") +
-              (ts.size() == 1 ? "all steps" : i == 0 ? "A" : "B");
+    h.title = std::string("Expert load (token slots routed), ") + (ts.size() == 1 ? "all steps"
+                                                                   : i == 0       ? "A"
+                                                                                  : "B");
     h.x_label = "expert";
     h.log_scale = false;
     h.cell_w = std::max(8, std::min(28, 560 / std::max(t.experts, 1)));
@@ -734,8 +745,8 @@ std::string routing_section(const std::vector<const TraceData*>& ts) {
       for (int32_t e = 0; e < t.experts; ++e) {
         const int64_t v = t.expert_load[static_cast<size_t>(l) * t.experts + e];
         h.values.push_back(v == 0 ? 0.0 : static_cast<double>(v));
-        h.tooltips.push_back("layer " + std::to_string(l) + ", expert " + std::to_string(e) +
-                             ": " + std::to_string(v) + " token slots");
+        h.tooltips.push_back("layer " + std::to_string(l) + ", expert " + std::to_string(e) + ": " +
+                             std::to_string(v) + " token slots");
       }
     }
     out += render(h);
@@ -754,14 +765,18 @@ std::string routing_section(const std::vector<const TraceData*>& ts) {
     out += render(over);
   }
   out += "</div>";
-  if (!any) out += "<p class=\"muted\">No token was rerouted or dropped (dropless, or capacity "
-                   "never reached).</p>";
+  if (!any)
+    out +=
+        "<p class=\"muted\">No token was rerouted or dropped (dropless, or capacity "
+        "never reached).</p>";
   return out + "</section>";
 }
 
 }  // namespace
 
-std::string html_escape(std::string_view text) { return esc(text); }
+std::string html_escape(std::string_view text) {
+  return esc(text);
+}
 
 Result<std::string> render_report(const std::vector<std::string>& traces, const ReportOptions& o) {
   if (traces.empty() || traces.size() > 2) {
@@ -807,13 +822,14 @@ Result<std::string> render_report(const std::vector<std::string>& traces, const 
       split += r.verdict != Verdict::kIdentical;
       visible += r.verdict == Verdict::kVisible;
     }
-    body += esc(std::to_string(diff->requests.size()) + " common request(s): " +
-                std::to_string(split) + " split (" + std::to_string(visible) +
-                " visibly), " + std::to_string(diff->requests.size() - split) + " identical");
+    body +=
+        esc(std::to_string(diff->requests.size()) + " common request(s): " + std::to_string(split) +
+            " split (" + std::to_string(visible) + " visibly), " +
+            std::to_string(diff->requests.size() - split) + " identical");
   } else {
     body += esc(std::to_string(data[0].requests.size()) + " request(s), " +
-                std::to_string(data[0].steps.size()) + " steps, " +
-                std::to_string(data[0].tokens) + " tokens");
+                std::to_string(data[0].steps.size()) + " steps, " + std::to_string(data[0].tokens) +
+                " tokens");
   }
   body += "</p></header><main>";
   for (const std::string& n : notes) body += "<p class=\"note\">" + esc(n) + "</p>";
@@ -843,8 +859,8 @@ Result<std::string> render_report(const std::vector<std::string>& traces, const 
   }
   const size_t total = diff ? diff->requests.size() : data[0].requests.size();
   if (total > static_cast<size_t>(index)) {
-    body += "<p class=\"muted\">" + esc(std::to_string(total - index) +
-                                       " more request(s) not drawn (--max-requests).") +
+    body += "<p class=\"muted\">" +
+            esc(std::to_string(total - index) + " more request(s) not drawn (--max-requests).") +
             "</p>";
   }
   body += "</section>";

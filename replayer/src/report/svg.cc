@@ -99,12 +99,23 @@ std::string esc(std::string_view s) {
       continue;
     }
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += static_cast<char>(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += static_cast<char>(c);
     }
     ++i;
   }
@@ -112,9 +123,9 @@ std::string esc(std::string_view s) {
 }
 
 const char* palette(size_t i) {
-  static const char* kPalette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
-                                   "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
-                                   "#1b9e77", "#7570b3"};
+  static const char* kPalette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                   "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+                                   "#9c755f", "#bab0ac", "#1b9e77", "#7570b3"};
   return kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
 }
 
@@ -151,9 +162,8 @@ std::string render(const LineChart& c) {
          "\" height=\"" + num(H - T - B) + "\" class=\"plot\"/>";
   for (double t : nice_ticks(y0, y1, 4)) {
     out += "<line x1=\"" + num(L) + "\" x2=\"" + num(W - R) + "\" y1=\"" + num(py(t)) + "\" y2=\"" +
-           num(py(t)) + "\" class=\"grid\"/><text x=\"" + num(L - 4) + "\" y=\"" +
-           num(py(t) + 4) + "\" text-anchor=\"end\" class=\"tick\">" + esc(tick_text(t)) +
-           "</text>";
+           num(py(t)) + "\" class=\"grid\"/><text x=\"" + num(L - 4) + "\" y=\"" + num(py(t) + 4) +
+           "\" text-anchor=\"end\" class=\"tick\">" + esc(tick_text(t)) + "</text>";
   }
   for (double t : nice_ticks(x0, x1, 8)) {
     out += "<text x=\"" + num(px(t)) + "\" y=\"" + num(H - B + 14) +
@@ -167,9 +177,8 @@ std::string render(const LineChart& c) {
     out += "<line x1=\"" + num(px(m.x)) + "\" x2=\"" + num(px(m.x)) + "\" y1=\"" + num(T) +
            "\" y2=\"" + num(H - B) + "\" stroke=\"" + esc(m.color) +
            "\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\" class=\"marker\"><title>" +
-           esc(m.label) + "</title></line><text x=\"" + num(px(m.x) + 3) + "\" y=\"" +
-           num(T + 11) + "\" class=\"marker-label\" fill=\"" + esc(m.color) + "\">" +
-           esc(m.label) + "</text>";
+           esc(m.label) + "</title></line><text x=\"" + num(px(m.x) + 3) + "\" y=\"" + num(T + 11) +
+           "\" class=\"marker-label\" fill=\"" + esc(m.color) + "\">" + esc(m.label) + "</text>";
   }
   for (const Series& s : c.series) {
     std::string d;
@@ -204,9 +213,9 @@ std::string render(const LineChart& c) {
     const Series& s = c.series[i];
     const double w = 14 + 6.5 * static_cast<double>(s.name.size());
     lx -= w;
-    out += "<rect x=\"" + num(lx) + "\" y=\"6\" width=\"10\" height=\"10\" fill=\"" +
-           esc(s.color) + "\"/><text x=\"" + num(lx + 13) + "\" y=\"15\" class=\"legend\">" +
-           esc(s.name) + "</text>";
+    out += "<rect x=\"" + num(lx) + "\" y=\"6\" width=\"10\" height=\"10\" fill=\"" + esc(s.color) +
+           "\"/><text x=\"" + num(lx + 13) + "\" y=\"15\" class=\"legend\">" + esc(s.name) +
+           "</text>";
     lx -= 8;
   }
   return out + kClose;
@@ -217,9 +226,9 @@ std::string render(const Heatmap& h) {
   int label_w = 8;
   for (const std::string& l : h.row_labels) label_w = std::max<int>(label_w, 7 * l.size());
   const int L = label_w + 14, T = 8, B = 52;
-  const int cw = h.cell_w > 0 ? h.cell_w
-                              : std::max(2, static_cast<int>((h.width - L - 16) /
-                                                             std::max<size_t>(cols, 1)));
+  const int cw =
+      h.cell_w > 0 ? h.cell_w
+                   : std::max(2, static_cast<int>((h.width - L - 16) / std::max<size_t>(cols, 1)));
   const int W = L + cw * static_cast<int>(cols) + 16;
   const int H = T + h.cell_h * static_cast<int>(rows) + B;
   std::string out = svg_open(h.id, std::max(W, 320), H, h.title);
@@ -228,7 +237,8 @@ std::string render(const Heatmap& h) {
     if (v == 0) return h.zero_color;
     double t;
     if (h.log_scale) {
-      t = (std::log10(std::max(v, h.lo)) - std::log10(h.lo)) / (std::log10(h.hi) - std::log10(h.lo));
+      t = (std::log10(std::max(v, h.lo)) - std::log10(h.lo)) /
+          (std::log10(h.hi) - std::log10(h.lo));
     } else {
       t = (v - h.lo) / (h.hi - h.lo);
     }
@@ -241,8 +251,8 @@ std::string render(const Heatmap& h) {
       const double v = h.values[r * cols + c];
       if (std::isnan(v)) continue;
       out += "<rect x=\"" + num(L + cw * static_cast<double>(c)) + "\" y=\"" +
-             num(T + h.cell_h * static_cast<double>(r)) + "\" width=\"" + num(cw) +
-             "\" height=\"" + num(h.cell_h) + "\" fill=\"" + color(v) + "\">";
+             num(T + h.cell_h * static_cast<double>(r)) + "\" width=\"" + num(cw) + "\" height=\"" +
+             num(h.cell_h) + "\" fill=\"" + color(v) + "\">";
       if (!h.tooltips.empty()) out += "<title>" + esc(h.tooltips[r * cols + c]) + "</title>";
       out += "</rect>";
     }
@@ -274,8 +284,8 @@ std::string render(const Heatmap& h) {
            esc(h.legend_low) + "</text>";
     x += 8 + 6.5 * static_cast<double>(h.legend_low.size());
     for (int i = 0; i < 20; ++i) {
-      out += "<rect x=\"" + num(x + 6 * i) + "\" y=\"" + num(ly) + "\" width=\"6\" height=\"10\" fill=\"" +
-             ramp(i / 19.0) + "\"/>";
+      out += "<rect x=\"" + num(x + 6 * i) + "\" y=\"" + num(ly) +
+             "\" width=\"6\" height=\"10\" fill=\"" + ramp(i / 19.0) + "\"/>";
     }
     out += "<text x=\"" + num(x + 124) + "\" y=\"" + num(ly + 9) + "\" class=\"legend\">" +
            esc(h.legend_high) + "</text>";
@@ -303,11 +313,11 @@ std::string render(const Bars& b) {
   auto py = [&](double y) { return H - B - y / hi * (H - T - B); };
   for (double t : nice_ticks(0, hi, 4)) {
     out += "<line x1=\"" + num(L) + "\" x2=\"" + num(W - R) + "\" y1=\"" + num(py(t)) + "\" y2=\"" +
-           num(py(t)) + "\" class=\"grid\"/><text x=\"" + num(L - 4) + "\" y=\"" +
-           num(py(t) + 4) + "\" text-anchor=\"end\" class=\"tick\">" + esc(tick_text(t)) +
-           "</text>";
+           num(py(t)) + "\" class=\"grid\"/><text x=\"" + num(L - 4) + "\" y=\"" + num(py(t) + 4) +
+           "\" text-anchor=\"end\" class=\"tick\">" + esc(tick_text(t)) + "</text>";
   }
-  const size_t every = std::max<size_t>(1, static_cast<size_t>(std::ceil(24.0 / std::max(bw, 1.0))));
+  const size_t every =
+      std::max<size_t>(1, static_cast<size_t>(std::ceil(24.0 / std::max(bw, 1.0))));
   for (size_t i = 0; i < n; ++i) {
     const double x = L + bw * i;
     out += "<rect x=\"" + num(x + bw * 0.15) + "\" y=\"" + num(py(b.values[i])) + "\" width=\"" +

@@ -25,10 +25,10 @@
 namespace llmrr::replay {
 
 struct ReportOptions {
-  std::string model;          // tokenizer for token text ("" = as recorded, "none" = ids)
-  int max_requests = 12;      // requests drawn in detail
-  int max_positions = 96;     // heatmap columns from the first differing position
-  std::string title;          // default: the trace names
+  std::string model;       // tokenizer for token text ("" = as recorded, "none" = ids)
+  int max_requests = 12;   // requests drawn in detail
+  int max_positions = 96;  // heatmap columns from the first differing position
+  std::string title;       // default: the trace names
 };
 
 // One or two traces.
