@@ -6,8 +6,10 @@
 // reductions). Exit 0 identical, 1 differ, 2 bad input, 3 internal error.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "cli/cli.h"
+#include "cli/trace_input.h"
 #include "llmrr/replayer/diff.h"
 
 namespace {
@@ -33,8 +35,8 @@ int run_diff_command(int argc, char** argv) {
   replay::DiffOptions o;
   bool json = false;
   int explained = 8;
-  app.add_option("A", a, "first trace")->required();
-  app.add_option("B", b, "second trace")->required();
+  app.add_option("A", a, "first trace, or a bundle (llmrr pack) holding both")->required();
+  app.add_option("B", b, "second trace (or bundle)");
   std::string align = "params";
   app.add_option("--align", align,
                  "pair requests by 'params' (prompt hash + the sampling params that can change "
@@ -52,7 +54,8 @@ int run_diff_command(int argc, char** argv) {
       "Examples:\n"
       "  llmrr diff alone.trace loaded.trace\n"
       "  llmrr diff a.trace b.trace --request 3 --json\n"
-      "  llmrr diff a.trace b.trace --align ids      # request k of A against request k of B\n"
+      "  llmrr diff a.trace b.trace --align ids   # request k of A against request k of B\n"
+      "  llmrr diff bug.llmrr                     # a bundle of two traces\n"
       "\n"
       "Exit codes: 0 identical, 1 the runs differ, 2 bad input or nothing in common (the\n"
       "message says which alignment keys differed), 3 internal error.");
@@ -77,7 +80,23 @@ int run_diff_command(int argc, char** argv) {
     return cli::report("diff",
                        make_error(ErrorCode::kInvalidArgument, "--tokens must be in [0, 4096]"));
   }
-  Result<replay::DiffReport> r = replay::diff_traces(a, b, o);
+  // Bundles: A's traces then B's; a bundle of two traces alone gives both.
+  Result<cli::TraceInput> in_a = cli::open_trace_input(a);
+  if (!in_a.ok()) return cli::report("diff", in_a.status());
+  std::vector<std::string> paths = in_a->traces;
+  Result<cli::TraceInput> in_b = cli::TraceInput();
+  if (!b.empty()) {
+    in_b = cli::open_trace_input(b);
+    if (!in_b.ok()) return cli::report("diff", in_b.status());
+    paths.insert(paths.end(), in_b->traces.begin(), in_b->traces.end());
+  }
+  if (paths.size() != 2) {
+    return cli::report("diff", make_error(ErrorCode::kInvalidArgument,
+                                          "expected two traces (A B, or one bundle of two), got " +
+                                              std::to_string(paths.size())));
+  }
+  if (o.model.empty() && !in_a->model.empty()) o.model = in_a->model;
+  Result<replay::DiffReport> r = replay::diff_traces(paths[0], paths[1], o);
   if (!r.ok()) return cli::report("diff", r.status());
   if (json) {
     std::printf("%s\n", replay::diff_report_json(*r).c_str());

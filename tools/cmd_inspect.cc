@@ -1,11 +1,13 @@
 // llmrr inspect TRACE: what a trace holds, at a glance — version, completeness, run header,
 // requests, steps, tokens, bytes per token by record kind, compression ratio.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/cli.h"
+#include "cli/trace_input.h"
 #include "cli/trace_text.h"
 #include "llmrr/format/trace_reader.h"
 
@@ -268,8 +270,9 @@ int run_inspect_command(int argc, char** argv) {
       "inspect"};
   std::string path;
   bool json = false;
-  app.add_option("TRACE", path, "trace file (.trace)")->required();
-  app.add_flag("--json", json, "print one JSON object instead of text");
+  app.add_option("TRACE", path, "trace file (.trace) or bundle (llmrr pack: each trace)")
+      ->required();
+  app.add_flag("--json", json, "print one JSON object (a line per trace) instead of text");
   app.footer(
       "Examples:\n"
       "  llmrr inspect run.trace\n"
@@ -277,8 +280,15 @@ int run_inspect_command(int argc, char** argv) {
       "\n"
       "Exit codes: 0 ok, 2 bad input (unreadable or damaged trace), 3 internal error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  auto r = TraceReader::open(path);
-  if (!r.ok()) return cli::report("inspect", r.status());
-  for (const std::string& w : (*r)->warnings()) cli::warn("inspect", w);
-  return json ? print_json(**r) : print_text(**r);
+  Result<cli::TraceInput> input = cli::open_trace_input(path);
+  if (!input.ok()) return cli::report("inspect", input.status());
+  int rc = 0;
+  for (const std::string& p : input->traces) {
+    auto r = TraceReader::open(p);
+    if (!r.ok()) return cli::report("inspect", r.status());
+    for (const std::string& w : (*r)->warnings()) cli::warn("inspect", w);
+    if (!json && p != input->traces.front()) std::printf("\n");
+    rc = std::max(rc, json ? print_json(**r) : print_text(**r));
+  }
+  return rc;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/trace_input.h"
 #include "llmrr/replayer/replay.h"
 
 int run_replay_command(int argc, char** argv) {
@@ -20,7 +21,7 @@ int run_replay_command(int argc, char** argv) {
   int64_t request = -1;
   std::vector<std::string> materialize;
   bool json = false;
-  app.add_option("TRACE", path, "trace file (.trace)")->required();
+  app.add_option("TRACE", path, "trace file (.trace) or bundle (llmrr pack)")->required();
   app.add_option("--model", o.model,
                  "model (builtin:<name>, safetensors directory, .gguf); default: as recorded");
   app.add_option("--threads", o.threads,
@@ -43,12 +44,18 @@ int run_replay_command(int argc, char** argv) {
       "  llmrr replay run.trace\n"
       "  LLMRR_ISA=avx2 llmrr replay run.trace --threads 1\n"
       "  llmrr replay run.trace --request 0\n"
+      "  llmrr replay bug.llmrr              # a bundle: its model, its kept request\n"
       "  llmrr replay run.trace --materialize L1.moe.combine@3 --materialize logits@3 -o out/\n"
       "\n"
       "Exit codes: 0 bit-exact, 1 mismatch, 2 bad input (unreadable trace, wrong model), "
       "3 internal error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (request >= 0) o.request = static_cast<RequestId>(request);
+  Result<cli::TraceInput> input = cli::open_trace_input(path);
+  if (!input.ok()) return cli::report("replay", input.status());
+  if (Status st = cli::use_bundle_for_replay(*input, &path, &o.model, &o.request); !st.ok()) {
+    return cli::report("replay", st);
+  }
   for (const std::string& m : materialize) {
     Result<replay::MaterializeSpec> spec = replay::parse_materialize(m);
     if (!spec.ok()) return cli::report("replay", spec.status());

@@ -68,6 +68,16 @@ Status write_npy_i32(const std::string& path, const std::vector<int64_t>& shape,
   return write_npy(path, "<i4", shape, data, sizeof(int32_t));
 }
 
+Status write_npy_i64(const std::string& path, const std::vector<int64_t>& shape,
+                     const int64_t* data) {
+  return write_npy(path, "<i8", shape, data, sizeof(int64_t));
+}
+
+Status write_npy_u64(const std::string& path, const std::vector<int64_t>& shape,
+                     const uint64_t* data) {
+  return write_npy(path, "<u8", shape, data, sizeof(uint64_t));
+}
+
 int64_t NpyArray::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

@@ -15,6 +15,12 @@ Status write_npy_f32(const std::string& path, const std::vector<int64_t>& shape,
 Status write_npy_i32(const std::string& path, const std::vector<int64_t>& shape,
                      const int32_t* data);
 
+// Other element types ('<i8', '<u8'), for exports.
+Status write_npy_i64(const std::string& path, const std::vector<int64_t>& shape,
+                     const int64_t* data);
+Status write_npy_u64(const std::string& path, const std::vector<int64_t>& shape,
+                     const uint64_t* data);
+
 struct NpyArray {
   std::string descr;  // "<f4" or "<i4"
   std::vector<int64_t> shape;

@@ -1,0 +1,66 @@
+// llmrr export TRACE --perfetto out.json | --npy DIR: the trace for the viewers and tools
+// people already use (layouts in replayer/export.h): Chrome trace-event JSON for
+// ui.perfetto.dev / chrome://tracing, and NumPy arrays of fingerprints, top-K logits and
+// routing.
+#include <cstdio>
+#include <string>
+
+#include "cli/cli.h"
+#include "cli/trace_input.h"
+#include "llmrr/replayer/export.h"
+
+int run_export_command(int argc, char** argv) {
+  using namespace llmrr;
+  CLI::App app{"Export a trace to Perfetto / Chrome trace-event JSON or to .npy files.", "export"};
+  std::string path, perfetto, npy;
+  app.add_option("TRACE", path, "trace file (.trace) or a bundle of one trace")->required();
+  app.add_option("--perfetto", perfetto,
+                 "write Chrome trace-event JSON here (one track per request, steps as slices, "
+                 "kernels when recorded, counters for batch size and margin)");
+  app.add_option("--npy", npy,
+                 "write .npy arrays into this directory (fingerprints, top-K logits, routing; "
+                 "manifest.json describes them)");
+  app.footer(
+      "Examples:\n"
+      "  llmrr export run.trace --perfetto run.json     # open in ui.perfetto.dev\n"
+      "  llmrr export run.trace --npy run-npy/\n"
+      "  python3 -c \"import numpy as np; print(np.load('run-npy/logits.margin.npy'))\"\n"
+      "\n"
+      "Steps carry no wall-clock time: they sit on a logical clock, step N at N ms.\n"
+      "Exit codes: 0 written, 2 bad input, 3 internal error.");
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (perfetto.empty() && npy.empty()) {
+    return cli::report("export",
+                       make_error(ErrorCode::kInvalidArgument,
+                                  "nothing to do: give --perfetto FILE and/or --npy DIR"));
+  }
+  Result<cli::TraceInput> input = cli::open_trace_input(path);
+  if (!input.ok()) return cli::report("export", input.status());
+  if (input->traces.size() != 1) {
+    return cli::report(
+        "export", make_error(ErrorCode::kInvalidArgument,
+                             path + ": the bundle holds " + std::to_string(input->traces.size()) +
+                                 " traces; extract it (llmrr unpack) and export one"));
+  }
+  auto reader = trace::TraceReader::open(input->traces[0]);
+  if (!reader.ok()) return cli::report("export", reader.status());
+  if (!perfetto.empty()) {
+    Result<replay::PerfettoSummary> s = replay::export_perfetto(**reader, perfetto);
+    if (!s.ok()) return cli::report("export", s.status());
+    std::fprintf(stderr,
+                 "wrote %s: %lld events (%lld step slices, %lld request slices, %lld counters, "
+                 "%lld kernels)\n",
+                 perfetto.c_str(), static_cast<long long>(s->events),
+                 static_cast<long long>(s->step_slices), static_cast<long long>(s->request_slices),
+                 static_cast<long long>(s->counters), static_cast<long long>(s->kernels));
+  }
+  if (!npy.empty()) {
+    Result<replay::NpyExportSummary> s = replay::export_npy(**reader, npy);
+    if (!s.ok()) return cli::report("export", s.status());
+    std::fprintf(stderr,
+                 "wrote %zu files into %s: %lld fingerprints, %lld logits, %lld routing rows\n",
+                 s->files.size(), npy.c_str(), static_cast<long long>(s->fingerprints),
+                 static_cast<long long>(s->logits), static_cast<long long>(s->routing_rows));
+  }
+  return 0;
+}
