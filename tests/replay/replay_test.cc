@@ -280,7 +280,9 @@ TEST(Replay, MaterializeMatchesFingerprints) {
           EXPECT_EQ(fp, rec_rows->rows[k]) << s << " batch row " << b;
         }
         EXPECT_TRUE(found) << s << " batch row " << b;
-        if (alone) EXPECT_TRUE(target_rows.count(b)) << s << " batch row " << b;
+        if (alone) {
+          EXPECT_TRUE(target_rows.count(b)) << s << " batch row " << b;
+        }
       }
     }
   }
