@@ -1,0 +1,316 @@
+// llmrr fuzz: run one prompt under many seeded batch compositions, compare each run with the
+// prompt alone, shrink what splits visibly and save it as a trace pair; `llmrr fuzz merge`
+// combines the summaries of a sharded campaign.
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "engine_options.h"
+#include "llmrr/replayer/fuzz.h"
+
+namespace {
+
+using namespace llmrr;
+namespace fs = std::filesystem;
+
+constexpr const char* kCmd = "llmrr fuzz";
+
+int fail(const Status& st) {
+  std::string msg = st.to_string();
+  for (char& c : msg) {
+    if (c == '\n') c = ' ';
+  }
+  std::fprintf(stderr, "%s: error: %s\n", kCmd, msg.c_str());
+  return exit_code_for(st);
+}
+
+int usage_error(const std::string& what) {
+  std::fprintf(stderr, "%s: error: %s (see llmrr fuzz --help)\n", kCmd, what.c_str());
+  return 2;
+}
+
+bool parse_int(const std::string& s, int64_t* v) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return !s.empty() && ec == std::errc() && p == s.data() + s.size();
+}
+
+Status write_file(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) return make_error(ErrorCode::kIo, "cannot write " + p.string());
+  return Status::Ok();
+}
+
+Result<std::string> read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return make_error(ErrorCode::kNotFound, "cannot read " + p.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int exit_for(const replay::FuzzSummary& s) { return s.numerical + s.visible > 0 ? 1 : 0; }
+
+int run_merge(int argc, char** argv) {
+  CLI::App app{"llmrr fuzz merge: combine the summaries of a sharded fuzz campaign"};
+  app.name("llmrr fuzz merge");
+  app.footer(
+      "\nExamples:\n"
+      "  llmrr fuzz merge out/shard-*/ --out out/all\n"
+      "  llmrr fuzz merge a/summary.json b/summary.json --json\n"
+      "\nExit: 0 no split, 1 some run split, 2 bad input (shards of different campaigns,\n"
+      "a run or shard twice).");
+  std::vector<std::string> inputs;
+  std::string out;
+  bool json = false;
+  app.add_option("inputs", inputs, "shard output directories or their summary.json")->required();
+  app.add_option("--out", out, "write the merged summary.json here");
+  app.add_flag("--json", json, "print the merged summary.json to stdout instead of the report");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  std::vector<replay::FuzzSummary> shards;
+  std::vector<std::string> dirs;
+  for (const std::string& in : inputs) {
+    fs::path p = in;
+    if (fs::is_directory(p)) p /= "summary.json";
+    Result<std::string> text = read_file(p);
+    if (!text.ok()) return fail(text.status());
+    Result<replay::FuzzSummary> s = replay::parse_fuzz_summary(*text, p.string());
+    if (!s.ok()) return fail(s.status());
+    shards.push_back(std::move(*s));
+    dirs.push_back(p.parent_path().empty() ? "." : p.parent_path().string());
+  }
+  if (!out.empty()) {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec) return fail(make_error(ErrorCode::kIo, "cannot create " + out + ": " + ec.message()));
+  }
+  Result<replay::FuzzSummary> m = replay::merge_fuzz_summaries(shards, dirs, out);
+  if (!m.ok()) return fail(m.status());
+  const std::string j = replay::fuzz_summary_json(*m);
+  if (!out.empty()) {
+    Status st = write_file(fs::path(out) / "summary.json", j + "\n");
+    if (!st.ok()) return fail(st);
+  }
+  if (json) {
+    std::printf("%s\n", j.c_str());
+  } else {
+    std::fputs(replay::format_fuzz_summary(*m).c_str(), stdout);
+    if (static_cast<int64_t>(m->results.size()) < m->runs) {
+      std::fprintf(stderr, "%s merge: %zu of %lld runs present (missing shards)\n", kCmd,
+                   m->results.size(), static_cast<long long>(m->runs));
+    }
+  }
+  return exit_for(*m);
+}
+
+}  // namespace
+
+int run_fuzz_command(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "merge") return run_merge(argc - 1, argv + 1);
+  CLI::App app{
+      "llmrr fuzz: run a prompt under many batch compositions and report what splits it"};
+  app.name("llmrr fuzz");
+  app.footer(
+      "\nEach run i draws a composition from --seed: co-requests (count, prompt lengths and\n"
+      "contents, arrival steps, max tokens), the target's arrival step, the prefill chunk,\n"
+      "and for MoE models the expert capacity factor and overflow. It is compared with the\n"
+      "target alone under the same engine config: identical, numerical split (logits differ)\n"
+      "or visible split (a token differs), with the first split's token index and its cause\n"
+      "(plan: batch-dependent reduction plans; routing: the router's top-k changed;\n"
+      "capacity: the router chose the same experts and capacity moved the token). Each\n"
+      "distinct visible split is shrunk (fewest co-requests, shortest prompts, latest\n"
+      "arrivals that still split) and saved under OUT/splits/ as solo.trace + split.trace\n"
+      "(capture all), their requests files and repro.sh with the llmrr record commands.\n"
+      "\nExamples:\n"
+      "  llmrr fuzz --model builtin:tiny-moe --dtype bf16 --prompt 'Once upon a time' \\\n"
+      "      --runs 200 --out fz\n"
+      "  llmrr fuzz --model builtin:tiny-moe --dtype bf16 --prompt 'Once upon a time' \\\n"
+      "      --runs 200 --policy invariant --capacity-factor 0 --out fz-inv   # 0 splits\n"
+      "  llmrr fuzz ... --runs 1000 --shard 3/8 --out fz/shard-3   # one of 8 array tasks\n"
+      "  llmrr fuzz merge fz/shard-* --out fz/all\n"
+      "\nExit: 0 no run split, 1 some run split, 2 bad input or usage, 3 internal error.");
+  cli::EngineOptions o;
+  int64_t runs = -1;
+  int32_t jobs = 1;
+  std::string out, shard = "0/1", prefill = "random", capacity = "random", overflow = "random";
+  int32_t co_requests = 16, max_prompt = 48, max_new = 32, max_shrink = 8, shrink_budget = 64;
+  int64_t max_arrival = 12, max_target_arrival = 8;
+  bool json = false, quiet = false;
+  app.add_option("--model", o.model, "builtin:<name>, a safetensors directory or a .gguf file")
+      ->required();
+  app.add_option("--prompt", o.prompt, "the target's prompt text");
+  app.add_option("--prompt-ids", o.prompt_ids, "the target's prompt as token ids, e.g. 1,2,3");
+  app.add_flag("--chat", o.chat, "wrap the prompt in the model's chat template");
+  app.add_flag("--raw", o.raw, "use the prompt as is");
+  app.add_option("--runs", runs, "compositions to run (run indices 0 .. N-1)")->required();
+  app.add_option("--policy", o.policy, "production | invariant (default production)");
+  app.add_option("--seed", o.seed, "generator seed (default 0); decoding is greedy");
+  app.add_option("--jobs", jobs, "runs in parallel (default 1); engine threads default to "
+                                 "cores / jobs");
+  app.add_option("--threads", o.threads, "engine threads per run (never changes results)");
+  app.add_option("--max-tokens", o.max_tokens, "tokens the target generates (default 32)");
+  app.add_option("--dtype", o.dtype, "fp32 | bf16 (default: as stored)");
+  app.add_option("--out", out, "output directory (summary.json, splits/)")->required();
+  app.add_option("--shard", shard, "i/n: run only indices i, i+n, i+2n, ... (default 0/1)");
+  app.add_option("--co-requests", co_requests, "most co-requests per run (default 16)");
+  app.add_option("--max-prompt", max_prompt, "longest co-request prompt (default 48)");
+  app.add_option("--max-new", max_new, "most tokens a co-request generates (default 32)");
+  app.add_option("--max-arrival", max_arrival, "latest co-request arrival step (default 12)");
+  app.add_option("--max-target-arrival", max_target_arrival,
+                 "latest target arrival step (default 8)");
+  app.add_option("--prefill-chunk", prefill, "random (0, 8, 16, 32, 64) or N (0 = no limit)");
+  app.add_option("--capacity-factor", capacity,
+                 "MoE: random (dropless, 1, 1.25, 1.5, 2) or F (0 = dropless)");
+  app.add_option("--overflow", overflow, "MoE: random | drop | reroute");
+  app.add_option("--max-shrink", max_shrink, "distinct visible splits shrunk and saved (default 8)");
+  app.add_option("--shrink-budget", shrink_budget, "runs per shrink (default 64)");
+  app.add_option("--max-batch-tokens", o.max_batch_tokens, "rows per step (default 256)");
+  app.add_option("--max-seqs", o.max_seqs, "requests running at once (default 16)");
+  app.add_option("--kv-block", o.kv_block, "KV cache block size (default 16)");
+  app.add_option("--sms", o.sms, "virtual device: SM count (default 132)");
+  app.add_option("--blocks-per-sm", o.blocks_per_sm, "virtual device: CTAs per SM (default 2)");
+  app.add_option("--attn-split", o.attn_split, "invariant policy: attention split size");
+  app.add_flag("--json", json, "print summary.json to stdout instead of the report");
+  app.add_flag("-q,--quiet", quiet, "no progress bar");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  // Values first, so that a typo fails before the model loads.
+  if (runs < 0 || runs > 100000000) return usage_error("--runs must be in [0, 1e8]");
+  if (jobs < 1 || jobs > 256) return usage_error("--jobs must be in [1, 256]");
+  int64_t shard_i = 0, shard_n = 1;
+  {
+    const size_t slash = shard.find('/');
+    if (slash == std::string::npos || !parse_int(shard.substr(0, slash), &shard_i) ||
+        !parse_int(shard.substr(slash + 1), &shard_n) || shard_n < 1 || shard_n > 100000 ||
+        shard_i < 0 || shard_i >= shard_n) {
+      return usage_error("--shard must be i/n with 0 <= i < n (got '" + shard + "')");
+    }
+  }
+  if (co_requests < 0 || co_requests > 4096) return usage_error("--co-requests must be in [0, 4096]");
+  if (max_prompt < 1) return usage_error("--max-prompt must be >= 1");
+  if (max_new < 1) return usage_error("--max-new must be >= 1");
+  if (max_arrival < 0 || max_target_arrival < 0) {
+    return usage_error("--max-arrival and --max-target-arrival must be >= 0");
+  }
+  if (max_shrink < 0) return usage_error("--max-shrink must be >= 0");
+  if (shrink_budget < 0) return usage_error("--shrink-budget must be >= 0");
+  std::optional<int32_t> pinned_chunk;
+  if (prefill != "random") {
+    int64_t v = 0;
+    if (!parse_int(prefill, &v) || v < 0 || v > 1 << 20) {
+      return usage_error("--prefill-chunk must be random or an integer >= 0 (got '" + prefill + "')");
+    }
+    pinned_chunk = static_cast<int32_t>(v);
+    o.prefill_chunk = *pinned_chunk;
+  }
+  std::optional<double> pinned_factor;
+  if (capacity != "random") {
+    char* end = nullptr;
+    double v = std::strtod(capacity.c_str(), &end);
+    if (capacity.empty() || *end != '\0' || !std::isfinite(v) || v < 0) {
+      return usage_error("--capacity-factor must be random or a number >= 0 (got '" + capacity + "')");
+    }
+    pinned_factor = v;
+  }
+  std::optional<Overflow> pinned_overflow;
+  if (overflow == "drop") {
+    pinned_overflow = Overflow::kDrop;
+  } else if (overflow == "reroute") {
+    pinned_overflow = Overflow::kReroute;
+  } else if (overflow != "random") {
+    return usage_error("--overflow must be random, drop or reroute (got '" + overflow + "')");
+  }
+  if (pinned_factor && *pinned_factor == 0 && pinned_overflow) {
+    return usage_error("--overflow " + overflow + " needs a capacity factor > 0");
+  }
+  const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.threads == 0) o.threads = std::clamp(cores / jobs, 1, 8);
+  if (o.threads * jobs > cores) {
+    std::fprintf(stderr,
+                 "%s: warning: --jobs %d x --threads %d exceeds the %d cores (slower, same "
+                 "results)\n",
+                 kCmd, jobs, o.threads, cores);
+  }
+
+  Result<cli::EngineSetup> setup = cli::make_engine_setup(o);
+  if (!setup.ok()) return fail(setup.status());
+  cli::EngineSetup& s = *setup;
+  if (!s.model.config.is_moe() && pinned_factor.value_or(0) > 0) {
+    return usage_error("--capacity-factor applies to MoE models only (" + s.model.source +
+                       " is dense)");
+  }
+
+  replay::FuzzCampaign c;
+  c.engine.model = &s.model;
+  c.engine.config = s.config;
+  c.engine.policy = o.policy;
+  c.engine.device = s.device;
+  c.engine.attn_split = o.attn_split;
+  c.model_spec = o.model;
+  c.dtype = o.dtype;
+  c.target.prompt = s.requests.front().prompt;
+  c.target.max_tokens = o.max_tokens;
+  c.prompt_text = o.prompt;
+  c.space = replay::default_fuzz_space(s.model.config);
+  c.space.max_co_requests = co_requests;
+  c.space.max_prompt = max_prompt;
+  c.space.max_new = max_new;
+  c.space.max_arrival = max_arrival;
+  c.space.max_target_arrival = max_target_arrival;
+  c.space.prefill_chunk = pinned_chunk;
+  c.space.capacity_factor = pinned_factor;
+  c.space.overflow = pinned_overflow;
+  c.seed = o.seed;
+  c.runs = runs;
+  c.shard = static_cast<int32_t>(shard_i);
+  c.shards = static_cast<int32_t>(shard_n);
+  c.jobs = jobs;
+  c.max_shrink = max_shrink;
+  c.shrink_budget = shrink_budget;
+  c.out_dir = out;
+  const bool bar = !quiet && isatty(STDERR_FILENO);
+  if (bar) {
+    c.progress = [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "\r\033[K%s: run %lld/%lld", kCmd, static_cast<long long>(done),
+                   static_cast<long long>(total));
+    };
+  }
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) return fail(make_error(ErrorCode::kIo, "cannot create " + out + ": " + ec.message()));
+
+  Result<replay::FuzzSummary> sum = replay::run_fuzz_campaign(c);
+  if (bar) std::fprintf(stderr, "\r\033[K");
+  if (!sum.ok()) return fail(sum.status());
+  const std::string j = replay::fuzz_summary_json(*sum);
+  Status st = write_file(fs::path(out) / "summary.json", j + "\n");
+  if (!st.ok()) return fail(st);
+  if (json) {
+    std::printf("%s\n", j.c_str());
+  } else {
+    std::fputs(replay::format_fuzz_summary(*sum).c_str(), stdout);
+  }
+  return exit_for(*sum);
+}
