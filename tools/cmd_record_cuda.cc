@@ -49,7 +49,10 @@ std::string absolute(const std::string& p) {
 
 [[maybe_unused]] std::string find_library(std::vector<std::string>* tried) {
   std::vector<std::string> candidates;
-  if (const char* e = std::getenv("LLMRR_CUPTI_LIBRARY")) candidates.push_back(e);
+  if (const char* e = std::getenv("LLMRR_CUPTI_LIBRARY")) {  // when set, the only place
+    tried->push_back(e);
+    return is_file(e) ? absolute(e) : "";
+  }
   const std::string dir = self_dir();
   if (!dir.empty()) {
     candidates.push_back(dir + "/libllmrr_cupti.so");
