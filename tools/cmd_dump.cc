@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/trace_text.h"
 #include "llmrr/format/trace_reader.h"
+#include "llmrr/replayer/diff_kernels.h"
 
 namespace {
 
@@ -252,9 +253,10 @@ int run_dump_command(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("trace %s: format %u.%u, llmrr %s, model %s, policy %s, %s%s\n", path.c_str(),
-                rd.format_major(), rd.format_minor(), h.tool_version.c_str(), h.model.name.c_str(),
-                h.engine.policy.c_str(), rd.complete() ? "complete" : "incomplete",
-                rd.lossy() ? ", lossy" : "");
+                rd.format_major(), rd.format_minor(), h.tool_version.c_str(),
+                h.model.name.empty() ? "none" : h.model.name.c_str(),
+                h.engine.policy.empty() ? "-" : h.engine.policy.c_str(),
+                rd.complete() ? "complete" : "incomplete", rd.lossy() ? ", lossy" : "");
   }
   StepCursor c = rd.steps(first, last);
   StepRecord s;
@@ -306,12 +308,49 @@ int run_dump_command(int argc, char** argv) {
                           : "");
     }
   }
+  // Kernel records (CUPTI activity), in file order; with --steps only those of the steps.
+  std::vector<KernelRecord> recs;
+  int64_t kernels_printed = 0;
+  for (size_t f = 0; f < rd.frames().size(); ++f) {
+    if (rd.frames()[f].kind != FrameKind::kKernelRecords) continue;
+    if (Status st = rd.read_kernels(static_cast<int64_t>(f), &recs); !st.ok())
+      return cli::report("dump", st);
+    for (const KernelRecord& k : recs) {
+      if (!range.empty() && (k.step < first || k.step > last)) continue;
+      ++kernels_printed;
+      if (as_json) {
+        json j{{"type", "kernel"},
+               {"kind", activity_kind_name(k.kind)},
+               {"step", k.step},
+               {"name", k.name},
+               {"correlation", k.correlation},
+               {"stream", k.stream},
+               {"device", k.device},
+               {"start_ns", k.start_ns},
+               {"end_ns", k.end_ns}};
+        if (k.kind == ActivityKind::kKernel) {
+          j["grid"] = k.grid;
+          j["block"] = k.block;
+          j["static_shared"] = k.static_shared;
+          j["dynamic_shared"] = k.dynamic_shared;
+        } else if (k.kind == ActivityKind::kMemcpy) {
+          j["copy_kind"] = memcpy_kind_name(k.copy_kind);
+          j["bytes"] = k.bytes;
+        }
+        std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+      } else {
+        std::printf("kernel step %lld corr %llu stream %llu: %s, %lld ns\n",
+                    static_cast<long long>(k.step), static_cast<unsigned long long>(k.correlation),
+                    static_cast<unsigned long long>(k.stream),
+                    replay::launch_text(k, std::string::npos).c_str(),
+                    static_cast<long long>(k.end_ns - k.start_ns));
+      }
+    }
+  }
   if (as_json) {
-    json j{{"type", "summary"},
-           {"steps_printed", n},
-           {"steps", rd.step_count()},
-           {"tokens", rd.token_count()},
-           {"blobs", rd.blob_count()}};
+    json j{{"type", "summary"},          {"kernels_printed", kernels_printed},
+           {"steps_printed", n},         {"steps", rd.step_count()},
+           {"tokens", rd.token_count()}, {"blobs", rd.blob_count()}};
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "cli/cli.h"
@@ -35,6 +36,29 @@ Sizes frame_sizes(const TraceReader& r) {
     }
   }
   return s;
+}
+
+// Kernel-record frames (CUPTI activity, llmrr record-cuda): what they hold.
+struct KernelCounts {
+  int64_t frames = 0, kernels = 0, memcpys = 0, ranges = 0;
+  std::set<int64_t> steps;
+};
+
+Result<KernelCounts> kernel_counts(const TraceReader& r) {
+  KernelCounts c;
+  std::vector<KernelRecord> recs;
+  for (size_t f = 0; f < r.frames().size(); ++f) {
+    if (r.frames()[f].kind != FrameKind::kKernelRecords) continue;
+    ++c.frames;
+    RETURN_IF_ERROR(r.read_kernels(static_cast<int64_t>(f), &recs));
+    for (const KernelRecord& k : recs) {
+      (k.kind == ActivityKind::kKernel   ? c.kernels
+       : k.kind == ActivityKind::kMemcpy ? c.memcpys
+                                         : c.ranges)++;
+      if (k.kind != ActivityKind::kRange && k.step >= 0) c.steps.insert(k.step);
+    }
+  }
+  return c;
 }
 
 bool is_step_kind(const std::string& k) {
@@ -115,6 +139,8 @@ int print_json(const TraceReader& r) {
   j["last_step"] = r.last_step();
   j["tokens"] = r.token_count();
   j["blobs"] = r.blob_count();
+  j["kernel_records"] = r.kernel_record_count();
+  j["dropped_records"] = r.dropped_records();
   j["frames"] = r.frames().size();
   j["raw_bytes"] = r.raw_bytes();
   j["compression_ratio"] =
@@ -174,28 +200,36 @@ int print_text(const TraceReader& r) {
       "device     %s%s%s%s\n", h.device.kind.c_str(), h.device.name.empty() ? "" : " ",
       h.device.name.c_str(),
       h.device.sm_count ? (" (" + std::to_string(h.device.sm_count) + " SMs)").c_str() : "");
-  const ModelInfo& m = h.model;
-  std::printf("model      %s%s%s (%s, %d layers, hidden %d, vocab %d, heads %d/%d", m.name.c_str(),
-              m.path.empty() ? "" : " from ", m.path.c_str(), m.architecture.c_str(), m.layers,
-              m.hidden, m.vocab, m.heads, m.kv_heads);
-  if (m.experts) std::printf(", %d experts top-%d", m.experts, m.experts_per_token);
-  std::printf(", %s weights, %s compute)\n", m.weight_dtype.c_str(), m.compute_dtype.c_str());
-  std::printf("weights    %s\n", m.weight_hash.empty() ? "-" : m.weight_hash.c_str());
-  const EngineConfig& e = h.engine;
-  std::printf("engine     policy %s, virtual device %d SMs x %d blocks, %d threads\n",
-              e.policy.c_str(), e.virtual_sms, e.blocks_per_sm, e.threads);
-  std::printf(
-      "           max batch tokens %d, max seqs %d, prefill chunk %d, KV block %d, load %d, seed "
-      "%llu\n",
-      e.max_batch_tokens, e.max_seqs, e.prefill_chunk, e.kv_block_size, e.load,
-      static_cast<unsigned long long>(e.seed));
-  std::printf("           MoE capacity factor %s (%s), atomics %s\n",
-              e.capacity_factor > 0 ? human_number(e.capacity_factor).c_str() : "off (dropless)",
-              overflow_policy_name(e.overflow), e.atomics ? "on" : "off");
-  std::printf("capture    sites %s, logits %s", capture_level_name(e.capture),
-              logits_mode_name(e.logits_mode));
-  if (e.logits_mode == LogitsMode::kTopK) std::printf(" (top-%d)", e.top_k);
-  std::printf("\n");
+  auto kc = kernel_counts(r);
+  if (!kc.ok()) return cli::report("inspect", kc.status());
+  // A trace of GPU activity only (llmrr record-cuda) has no model and no engine.
+  const bool activity_only = r.step_count() == 0 && h.model.name.empty() && kc->frames > 0;
+  if (activity_only) {
+    std::printf("model      none (GPU activity of an unmodified program, llmrr record-cuda)\n");
+  } else {
+    const ModelInfo& m = h.model;
+    std::printf("model      %s%s%s (%s, %d layers, hidden %d, vocab %d, heads %d/%d",
+                m.name.c_str(), m.path.empty() ? "" : " from ", m.path.c_str(),
+                m.architecture.c_str(), m.layers, m.hidden, m.vocab, m.heads, m.kv_heads);
+    if (m.experts) std::printf(", %d experts top-%d", m.experts, m.experts_per_token);
+    std::printf(", %s weights, %s compute)\n", m.weight_dtype.c_str(), m.compute_dtype.c_str());
+    std::printf("weights    %s\n", m.weight_hash.empty() ? "-" : m.weight_hash.c_str());
+    const EngineConfig& e = h.engine;
+    std::printf("engine     policy %s, virtual device %d SMs x %d blocks, %d threads\n",
+                e.policy.c_str(), e.virtual_sms, e.blocks_per_sm, e.threads);
+    std::printf(
+        "           max batch tokens %d, max seqs %d, prefill chunk %d, KV block %d, load %d, seed "
+        "%llu\n",
+        e.max_batch_tokens, e.max_seqs, e.prefill_chunk, e.kv_block_size, e.load,
+        static_cast<unsigned long long>(e.seed));
+    std::printf("           MoE capacity factor %s (%s), atomics %s\n",
+                e.capacity_factor > 0 ? human_number(e.capacity_factor).c_str() : "off (dropless)",
+                overflow_policy_name(e.overflow), e.atomics ? "on" : "off");
+    std::printf("capture    sites %s, logits %s", capture_level_name(e.capture),
+                logits_mode_name(e.logits_mode));
+    if (e.logits_mode == LogitsMode::kTopK) std::printf(" (top-%d)", e.top_k);
+    std::printf("\n");
+  }
   if (!h.extra_config_json.empty()) std::printf("extra      %s\n", h.extra_config_json.c_str());
 
   int finished = 0;
@@ -218,6 +252,13 @@ int print_text(const TraceReader& r) {
                 static_cast<long long>(r.last_step()));
   std::printf(", tokens %lld, blobs %lld, frames %zu\n", static_cast<long long>(r.token_count()),
               static_cast<long long>(r.blob_count()), r.frames().size());
+  if (kc->frames > 0 || r.dropped_records() > 0)
+    std::printf(
+        "kernels    %lld kernels, %lld memcpys, %lld ranges in %zu steps, %lld frames, %lld "
+        "dropped\n",
+        static_cast<long long>(kc->kernels), static_cast<long long>(kc->memcpys),
+        static_cast<long long>(kc->ranges), kc->steps.size(), static_cast<long long>(kc->frames),
+        static_cast<long long>(r.dropped_records()));
   const double ratio =
       r.file_size() ? static_cast<double>(r.raw_bytes()) / static_cast<double>(r.file_size()) : 0;
   std::printf("size       raw %s, stored %s, compression %sx\n", human_bytes(r.raw_bytes()).c_str(),

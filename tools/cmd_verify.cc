@@ -57,15 +57,17 @@ int run_verify_command(int argc, char** argv) {
     for (const std::string& w : rd.warnings()) cli::warn("verify", w);
     std::printf(
         "%s: ok: format %u.%u, %s%s, %lld frames, %lld steps, %lld tokens, %lld requests, %lld "
-        "blobs, "
+        "blobs%s, "
         "raw %s, stored %s\n",
         path.c_str(), rd.format_major(), rd.format_minor(),
         rd.complete() ? "complete" : "incomplete",
         rd.lossy() ? (", lossy: " + rd.lossy_reason()).c_str() : "",
         static_cast<long long>(rep.frames), static_cast<long long>(rep.steps),
         static_cast<long long>(rep.tokens), static_cast<long long>(rep.requests),
-        static_cast<long long>(rep.blobs), cli::human_bytes(rep.raw_bytes).c_str(),
-        cli::human_bytes(rep.stored_bytes).c_str());
+        static_cast<long long>(rep.blobs),
+        rep.kernel_records ? (", " + std::to_string(rep.kernel_records) + " kernel records").c_str()
+                           : "",
+        cli::human_bytes(rep.raw_bytes).c_str(), cli::human_bytes(rep.stored_bytes).c_str());
   }
   return 0;
 }

@@ -417,17 +417,24 @@ void build_kernel_chunk(const std::vector<KernelRecord>& records, std::vector<ui
   std::vector<fbs::Offset<fb::KernelRecord>> v;
   for (const KernelRecord& k : records) {
     auto name = opt_string(fbb, k.name);
-    auto grid = fbb.CreateVector(k.grid);
-    auto block = fbb.CreateVector(k.block);
+    // Memcpy and range records have no launch shape: no empty vectors stored for them.
+    auto grid = k.grid.empty() ? 0 : fbb.CreateVector(k.grid);
+    auto block = k.block.empty() ? 0 : fbb.CreateVector(k.block);
     fb::KernelRecordBuilder b(fbb);
     b.add_name(name);
     b.add_step(k.step);
-    b.add_grid(grid);
-    b.add_block(block);
+    if (!k.grid.empty()) b.add_grid(grid);
+    if (!k.block.empty()) b.add_block(block);
     b.add_stream(k.stream);
     b.add_correlation(k.correlation);
     b.add_start_ns(k.start_ns);
     b.add_end_ns(k.end_ns);
+    b.add_kind(static_cast<fb::ActivityKind>(k.kind));
+    b.add_static_shared(k.static_shared);
+    b.add_dynamic_shared(k.dynamic_shared);
+    b.add_bytes(k.bytes);
+    b.add_copy_kind(k.copy_kind);
+    b.add_device(k.device);
     v.push_back(b.Finish());
   }
   auto recs = fbb.CreateVector(v);
@@ -507,6 +514,8 @@ void build_footer(const FooterFields& f, std::vector<uint8_t>* out) {
   b.add_stored_bytes(f.stored_bytes);
   b.add_requests(requests);
   b.add_kind_bytes(kind_bytes);
+  b.add_kernel_records(f.kernel_records);
+  b.add_dropped_records(f.dropped_records);
   fbb.Finish(b.Finish());
   out->assign(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
@@ -612,11 +621,20 @@ void decode_blob_meta(const fb::BlobMeta* m, BlobInfo* out) {
   }
 }
 
-void decode_kernel_chunk(const fb::KernelChunk* k, std::vector<KernelRecord>* out) {
+bool decode_kernel_chunk(const fb::KernelChunk* k, size_t raw_size,
+                         std::vector<KernelRecord>* out) {
   out->clear();
+  // Records may share a name string (FlatBuffers allows it); the budget keeps a small frame
+  // from decoding to gigabytes of copies.
+  uint64_t budget = 2 * static_cast<uint64_t>(raw_size) + 4096;
   for (const fb::KernelRecord* r : *k->records()) {
     KernelRecord x;
     if (r == nullptr) continue;
+    const uint64_t cost =
+        64 + (r->name() ? r->name()->size() : 0) +
+        4 * ((r->grid() ? r->grid()->size() : 0) + (r->block() ? r->block()->size() : 0));
+    if (cost > budget) return false;
+    budget -= cost;
     x.name = str(r->name());
     x.step = r->step();
     if (r->grid()) x.grid.assign(r->grid()->begin(), r->grid()->end());
@@ -625,8 +643,15 @@ void decode_kernel_chunk(const fb::KernelChunk* k, std::vector<KernelRecord>* ou
     x.correlation = r->correlation();
     x.start_ns = r->start_ns();
     x.end_ns = r->end_ns();
+    x.kind = static_cast<ActivityKind>(r->kind());
+    x.static_shared = r->static_shared();
+    x.dynamic_shared = r->dynamic_shared();
+    x.bytes = r->bytes();
+    x.copy_kind = r->copy_kind();
+    x.device = r->device();
     out->push_back(std::move(x));
   }
+  return true;
 }
 
 void decode_footer(const fb::Footer* f, FooterFields* out) {
@@ -670,6 +695,8 @@ void decode_footer(const fb::Footer* f, FooterFields* out) {
   if (const auto* ks = f->kind_bytes()) {
     for (const fb::KindBytes* k : *ks) out->kind_bytes.push_back({str(k->kind()), k->raw_bytes()});
   }
+  out->kernel_records = f->kernel_records();
+  out->dropped_records = f->dropped_records();
 }
 
 std::string ChunkDecoder::reset(const fb::StepChunk* chunk, size_t raw_size) {

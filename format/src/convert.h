@@ -113,6 +113,7 @@ struct FooterFields {
   uint64_t raw_bytes = 0, stored_bytes = 0;
   std::vector<RequestSummary> requests;
   std::vector<KindBytes> kind_bytes;
+  int64_t kernel_records = 0, dropped_records = 0;
 };
 void build_footer(const FooterFields& f, std::vector<uint8_t>* out);
 
@@ -120,7 +121,8 @@ void build_footer(const FooterFields& f, std::vector<uint8_t>* out);
 void decode_run_header(const fb::RunHeader* h, RunHeader* out);
 void decode_plan(const fb::Plan* p, PlanRecord* out);
 void decode_blob_meta(const fb::BlobMeta* m, BlobInfo* out);
-void decode_kernel_chunk(const fb::KernelChunk* k, std::vector<KernelRecord>* out);
+// False when the records would decode to far more bytes than the frame holds.
+bool decode_kernel_chunk(const fb::KernelChunk* k, size_t raw_size, std::vector<KernelRecord>* out);
 void decode_footer(const fb::Footer* f, FooterFields* out);
 
 // Decodes the steps of a chunk one by one, resolving plan deltas. Returns an empty string

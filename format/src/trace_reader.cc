@@ -865,6 +865,12 @@ const std::vector<RequestSummary>& TraceReader::requests() const {
 const std::vector<KindBytes>& TraceReader::kind_bytes() const {
   return impl_->kind_bytes;
 }
+int64_t TraceReader::kernel_record_count() const {
+  return impl_->has_footer ? impl_->footer.kernel_records : -1;
+}
+int64_t TraceReader::dropped_records() const {
+  return impl_->has_footer ? impl_->footer.dropped_records : 0;
+}
 
 StepCursor TraceReader::steps(int64_t first, int64_t last) const {
   StepCursor c;
@@ -1018,7 +1024,16 @@ Status TraceReader::read_kernels(int64_t frame, std::vector<KernelRecord>* out) 
           ErrorCode::kBadFlatbuffer,
           r.where(fi, r.frames[fi]) +
               "expected a valid KernelChunk FlatBuffer, found one the Verifier rejects");
-    detail::decode_kernel_chunk(flatbuffers::GetRoot<fb::KernelChunk>(raw.data()), out);
+    if (!detail::decode_kernel_chunk(flatbuffers::GetRoot<fb::KernelChunk>(raw.data()), raw.size(),
+                                     out))
+      return make_error(ErrorCode::kResourceLimit,
+                        r.where(fi, r.frames[fi]) +
+                            "expected kernel records no larger than the frame, found shared "
+                            "strings that inflate decoding");
+    for (size_t k = 0; k < out->size(); ++k)
+      if (std::string e = check_kernel_record((*out)[k]); !e.empty())
+        return make_error(ErrorCode::kSemantic, r.where(fi, r.frames[fi]) + "kernel record " +
+                                                    std::to_string(k) + ": " + e);
     return Status::Ok();
   });
 }
@@ -1051,7 +1066,7 @@ Status TraceReader::verify(VerifyReport* report) const {
     detail::Buffer raw;
     ChunkDecoder dec;
     StepRecord rec;
-    int64_t blob_seen = 0;
+    int64_t blob_seen = 0, kernel_records = 0;
     for (size_t i = 0; i < r.frames.size(); ++i) {
       const FrameInfo& f = r.frames[i];
       // Every frame's integrity is checked, including kinds of a newer minor version that
@@ -1119,17 +1134,30 @@ Status TraceReader::verify(VerifyReport* report) const {
           ++rep.blobs;
           break;
         }
-        case FrameKind::kKernelRecords:
+        case FrameKind::kKernelRecords: {
           if (!verify_flatbuffer<fb::KernelChunk>(raw.data(), raw.size()))
             return make_error(
                 ErrorCode::kBadFlatbuffer,
                 w + "expected a valid KernelChunk FlatBuffer, found one the Verifier rejects");
+          std::vector<KernelRecord> ks;
+          if (!detail::decode_kernel_chunk(flatbuffers::GetRoot<fb::KernelChunk>(raw.data()),
+                                           raw.size(), &ks))
+            return make_error(ErrorCode::kResourceLimit,
+                              w + "expected kernel records no larger than the frame, found "
+                                  "shared strings that inflate decoding");
+          for (size_t k = 0; k < ks.size(); ++k)
+            if (std::string e = check_kernel_record(ks[k]); !e.empty())
+              return make_error(ErrorCode::kSemantic,
+                                w + "kernel record " + std::to_string(k) + ": " + e);
+          kernel_records += static_cast<int64_t>(ks.size());
           break;
+        }
         case FrameKind::kFooter:
           break;
       }
     }
     rep.steps = chk.steps();
+    rep.kernel_records = kernel_records;
     rep.tokens = chk.tokens();
     rep.requests = static_cast<int64_t>(chk.requests().size());
     rep.stored_bytes = r.size;
@@ -1142,6 +1170,14 @@ Status TraceReader::verify(VerifyReport* report) const {
                               " (from the frames), found " + std::to_string(footer_says));
       };
       if (f.steps != chk.steps()) return mismatch("steps", chk.steps(), f.steps);
+      // Format 1.0 footers predate the kernel counts.
+      if (r.minor >= 1 && f.kernel_records != kernel_records)
+        return mismatch("kernel_records", kernel_records, f.kernel_records);
+      if (f.dropped_records < 0 || (f.dropped_records > 0 && !f.lossy))
+        return make_error(ErrorCode::kBadFooter,
+                          w + "dropped_records: expected 0, or > 0 with lossy set, found " +
+                              std::to_string(f.dropped_records) +
+                              (f.lossy ? "" : " with lossy unset"));
       if (f.tokens != chk.tokens()) return mismatch("tokens", chk.tokens(), f.tokens);
       if (f.raw_bytes != rep.raw_bytes)
         return mismatch("raw_bytes", static_cast<int64_t>(rep.raw_bytes),

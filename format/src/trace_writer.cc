@@ -47,6 +47,7 @@ struct Job {
   // Step chunks: what the chunk holds, applied to the footer's counts once it is on disk.
   int64_t steps = 0;
   int64_t tokens = 0;
+  int64_t kernels = 0;  // kernel-record frames: records held
   std::vector<RequestSummary> arrived;
   std::vector<RequestSummary> finished;  // id, finish_step, generated, reason
 };
@@ -223,8 +224,13 @@ class TraceWriter::Impl {
       return make_error(
           ErrorCode::kInvalidArgument,
           path_ + ": append_kernels: expected append_run_header first, found kernel records");
+    for (size_t i = 0; i < records.size(); ++i)
+      if (std::string e = check_kernel_record(records[i]); !e.empty())
+        return make_error(ErrorCode::kInvalidArgument,
+                          path_ + ": append_kernels: record " + std::to_string(i) + ": " + e);
     Job job;
     job.kind = FrameKind::kKernelRecords;
+    job.kernels = static_cast<int64_t>(records.size());
     detail::build_kernel_chunk(records, &job.raw);
     if (job.raw.size() > kMaxFrameRawBytes - kFrameSlack)
       return make_error(
@@ -242,6 +248,12 @@ class TraceWriter::Impl {
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait(lk, [&] { return (queue_.empty() && !busy_) || !error_.ok(); });
     return error_;
+  }
+
+  void add_dropped_records(int64_t n, std::string reason) {
+    if (n <= 0) return;
+    dropped_records_ += n;
+    mark_lossy(std::move(reason));
   }
 
   void mark_lossy(std::string reason) {
@@ -429,6 +441,7 @@ class TraceWriter::Impl {
     frames_.push_back(info);
     ++stats_.frames;
     stats_.raw_bytes += info.raw_size;
+    durable_kernels_ += job.kernels;
     if (job.kind != FrameKind::kStepChunk) return;
     durable_steps_ += job.steps;
     durable_tokens_ += job.tokens;
@@ -606,6 +619,8 @@ class TraceWriter::Impl {
     f.first_step = durable_first_;
     f.last_step = durable_last_;
     f.requests = durable_requests_;
+    f.kernel_records = durable_kernels_;
+    f.dropped_records = dropped_records_;
     f.stored_bytes = file_end_;
     f.blobs = 0;
     for (const FrameInfo& fi : frames_) {
@@ -671,6 +686,7 @@ class TraceWriter::Impl {
   int64_t next_blob_id_ = 0;
   bool lossy_ = false;
   std::string lossy_reason_;
+  int64_t dropped_records_ = 0;
   uint64_t header_raw_ = 0, blob_raw_ = 0, kernel_raw_ = 0, chunk_raw_ = 0;
   int64_t pending_steps_ = 0, pending_tokens_ = 0;
   std::vector<RequestSummary> pending_arrived_, pending_finished_;
@@ -688,6 +704,7 @@ class TraceWriter::Impl {
   uint64_t file_end_ = 0;
   WriterStats stats_;
   int64_t durable_steps_ = 0, durable_tokens_ = 0, durable_first_ = -1, durable_last_ = -1;
+  int64_t durable_kernels_ = 0;
   std::vector<RequestSummary> durable_requests_;
   std::unordered_map<uint64_t, size_t> durable_index_;
   std::thread worker_;
@@ -744,6 +761,12 @@ Status TraceWriter::append_kernels(const std::vector<KernelRecord>& records) {
 }
 Status TraceWriter::flush() {
   return guarded(impl_->path(), [&] { return impl_->flush(); });
+}
+void TraceWriter::add_dropped_records(int64_t n, std::string reason) {
+  try {
+    impl_->add_dropped_records(n, std::move(reason));
+  } catch (...) {
+  }
 }
 void TraceWriter::mark_lossy(std::string reason) {
   try {

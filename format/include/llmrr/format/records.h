@@ -294,19 +294,37 @@ struct BlobInfo {
 };
 
 // ---------------------------------------------------------------------------------------
-// Kernel records (CUPTI activity; reserved, written by the CUDA recorder).
+// Kernel records (CUPTI activity written by recorder/cupti/, e.g. under llmrr record-cuda).
 
+enum class ActivityKind : uint8_t { kKernel = 0, kMemcpy = 1, kRange = 2 };
+const char* activity_kind_name(ActivityKind kind);  // "kernel", "memcpy", "range"
+// "HtoD", "DtoH", "DtoD", ... for CUpti_ActivityMemcpyKind values; "kind 9" otherwise.
+const char* memcpy_kind_name(uint8_t copy_kind);
+
+// One GPU activity: a kernel launch, a memory copy, or an NVTX range. What the writer
+// checks (and verify() checks again): kind known, step >= -1, grid and block empty or
+// three non-negative entries, shared memory sizes >= 0, end_ns >= start_ns.
 struct KernelRecord {
-  std::string name;
-  int64_t step = -1;
+  std::string name;   // kernel: demangled name; range: NVTX message; memcpy: ""
+  int64_t step = -1;  // -1: outside every step
   std::vector<int32_t> grid;
   std::vector<int32_t> block;
   uint64_t stream = 0;
-  uint64_t correlation = 0;
+  uint64_t correlation = 0;  // CUPTI correlation id
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+  ActivityKind kind = ActivityKind::kKernel;
+  int32_t static_shared = 0;   // bytes per block
+  int32_t dynamic_shared = 0;  // bytes per block
+  uint64_t bytes = 0;          // memcpy
+  uint8_t copy_kind = 0;       // memcpy: CUpti_ActivityMemcpyKind
+  int32_t device = 0;
   bool operator==(const KernelRecord&) const = default;
 };
+
+// Empty when `k` is well formed, otherwise what is wrong ("grid: expected 0 or 3 entries,
+// found 2").
+std::string check_kernel_record(const KernelRecord& k);
 
 // ---------------------------------------------------------------------------------------
 // Footer-level summaries.

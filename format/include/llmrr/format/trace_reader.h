@@ -79,6 +79,7 @@ struct VerifyReport {
   int64_t blobs = 0;
   int64_t requests = 0;
   int64_t tokens = 0;
+  int64_t kernel_records = 0;
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;
   std::vector<std::string> warnings;
@@ -120,6 +121,10 @@ class TraceReader {
   const std::vector<RequestSummary>& requests() const;
   // Raw bytes per record kind (from the footer; empty for a trace without one).
   const std::vector<KindBytes>& kind_bytes() const;
+  // Records in kernel-record frames (CUPTI activity), from the footer; -1 without one.
+  int64_t kernel_record_count() const;
+  // Activity records the producer lost (footer; 0 without one). Non-zero implies lossy().
+  int64_t dropped_records() const;
 
   // Random access: the step numbered `step` (kNotFound when the trace has none). Keeps the
   // last decoded chunk, so nearby steps are cheap; to visit many steps in order, a

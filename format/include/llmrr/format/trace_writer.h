@@ -75,8 +75,14 @@ class TraceWriter {
   // is given) before this returns.
   Result<int64_t> append_blob(const BlobSpec& blob);
 
-  // Kernel activity records (CUPTI). Stored in their own frame, in call order.
+  // Kernel activity records (CUPTI). Stored in their own frame, in call order; allowed
+  // between steps and in traces that have no steps at all (llmrr record-cuda). Rejected
+  // (kInvalidArgument, nothing written) when a record breaks check_kernel_record.
   Status append_kernels(const std::vector<KernelRecord>& records);
+
+  // Counts `n` activity records the producer lost (e.g. CUPTI had no buffer to put them
+  // in) in the footer's dropped_records and marks the trace lossy with `reason`.
+  void add_dropped_records(int64_t n, std::string reason);
 
   // Closes the current step chunk and waits until everything appended so far is on disk.
   // A crash after flush() loses nothing appended before it.
