@@ -46,8 +46,10 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_prompt) {
                  "narrower than 512, else 256)");
   app.add_option("--dtype", o.dtype, "fp32 | bf16 (default: as stored)");
   app.add_option("--scoring", o.scoring, "MoE router scoring: softmax | sigmoid");
-  app.add_flag("--chat", o.chat, "wrap the prompt in the model's chat template");
-  app.add_flag("--raw", o.raw, "use the prompt as is (default when the model has no template)");
+  app.add_flag("--chat", o.chat,
+               "wrap the prompt in the model's chat template (one user turn and the assistant "
+               "header); without it the prompt is plain text to continue");
+  app.add_flag("--raw", o.raw, "use the prompt as is (the default)");
 }
 
 Result<std::vector<int32_t>> parse_id_list(const std::string& text) {
@@ -163,7 +165,8 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
     return bad("bad engine option: " + why);
   }
 
-  ASSIGN_OR_RETURN(s.model, load_model(o.model));
+  // Quantized GGUF weights stay quantized (same bits, a fraction of the memory).
+  ASSIGN_OR_RETURN(s.model, load_model(o.model, ModelLoadOptions{.keep_quantized = true}));
   const ModelConfig& mc = s.model.config;
 
   s.device.sms = o.sms;
@@ -207,7 +210,10 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
       if (o.chat && !tok.has_chat_template()) {
         return bad("--chat: " + s.model.source + " has no chat template");
       }
-      s.chat = !o.raw && tok.has_chat_template();
+      // Plain text unless asked: a prompt is continued as written, as llama.cpp's completion
+      // (and transformers' generate) continue it; wrapping it silently made a raw prompt
+      // like "The capital of France is" an instruction to answer.
+      s.chat = o.chat;
       t.prompt = tok.encode(s.chat ? tok.chat_prompt(o.prompt) : o.prompt);
       if (t.prompt.empty()) return bad("--prompt encodes to no tokens");
     }

@@ -36,7 +36,7 @@ const LoadedModel* model(const std::string& spec) {
   static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
   auto& slot = cache[spec];
   if (!slot) {
-    auto m = load_model(spec);
+    auto m = load_model(spec, ModelLoadOptions{.keep_quantized = true});
     if (!m.ok()) {
       std::fprintf(stderr, "engine_bench: %s\n", m.status().to_string().c_str());
       return nullptr;

@@ -65,6 +65,7 @@ size_t PackedWeight::bytes() const {
 }
 
 float PackedWeight::at(int64_t n, int64_t k) const {
+  if (type_ == WeightType::kQuant) return quant_value(*s_, k_, n, k);
   const int64_t p = n / kPanel, j = n % kPanel;
   if (type_ == WeightType::kF32) {
     return static_cast<const float*>(s_->data)[(p * k_ + k) * kPanel + j];
@@ -255,6 +256,17 @@ const GemmKernels& gemm_kernels_avx2() {
 
 namespace {
 
+const QuantKernels& quant_kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return quant_kernels_avx512();
+    case Isa::kAvx2:
+      return quant_kernels_avx2();
+    default:
+      return quant_kernels_scalar();
+  }
+}
+
 const GemmKernels& kernels_for(Isa isa) {
   switch (isa) {
     case Isa::kAvx512:
@@ -280,6 +292,8 @@ struct GemmJob {
   int64_t chunk;   // split length c
   int64_t rows_per_tile;
   const GemmKernels* kern;
+  const QuantKernels* qkern;  // kQuant weights
+  int qkind;                  // QuantKernels::fn index: 0 4-bit, 1 4-bit + offset, 2 8-bit
 };
 
 // One block: rows [r0, r0 + rows) × panels [p, p + np), np = 1 or the wide kernel's count.
@@ -290,11 +304,28 @@ void run_block(const GemmJob& j, int64_t r0, int rows, int64_t p, int np) {
   const int ldt = np * kPanel;
   const int cnt = rows * ldt;
   const float* x = j.x + r0 * j.ldx;
-  const void* panel = j.bf16 ? static_cast<const void*>(j.s->bf16_panel(p, j.k))
-                             : static_cast<const void*>(j.s->f32_panel(p, j.k));
+  const void* panel = j.qkern ? nullptr
+                     : j.bf16  ? static_cast<const void*>(j.s->bf16_panel(p, j.k))
+                               : static_cast<const void*>(j.s->f32_panel(p, j.k));
   const int64_t pstride = j.k * kPanel;
-  TileFn fn = np == 1 ? (j.bf16 ? j.kern->bf16[rows] : j.kern->f32[rows])
-                      : (j.bf16 ? j.kern->bf16_wide[rows] : j.kern->f32_wide[rows]);
+  TileFn fn = nullptr;
+  QuantTileFn qfn = nullptr;
+  const uint8_t* qpanel = nullptr;
+  if (j.qkern) {
+    qfn = j.qkern->fn[j.s->q.has_min][j.qkind][rows];
+    qpanel = static_cast<const uint8_t*>(j.s->data) + p * j.s->q.panel_bytes;
+  } else {
+    fn = np == 1 ? (j.bf16 ? j.kern->bf16[rows] : j.kern->f32[rows])
+                 : (j.bf16 ? j.kern->bf16_wide[rows] : j.kern->f32_wide[rows]);
+  }
+  // One tile's sums over [k0, k1) into out, by whichever micro-kernel the weight needs.
+  auto tile = [&](int64_t k0, int64_t k1, float* out) {
+    if (qfn) {
+      qfn(x, j.ldx, qpanel, j.s->q, k0, k1, out);
+    } else {
+      fn(x, j.ldx, panel, pstride, k0, k1, out);
+    }
+  };
   const Plan& plan = *j.plan;
   const int64_t splits = j.splits;
   const int64_t kt = plan.k_tile;
@@ -303,11 +334,11 @@ void run_block(const GemmJob& j, int64_t r0, int rows, int64_t p, int np) {
     const int64_t a = std::min(s * j.chunk, j.k), b = std::min(a + j.chunk, j.k);
     float* pp = (si == 0) ? acc : part;
     if (kt == 0) {
-      fn(x, j.ldx, panel, pstride, a, b, pp);
+      tile(a, b, pp);
     } else {
       for (int e = 0; e < cnt; ++e) pp[e] = 0.0f;
       for (int64_t t0 = a; t0 < b; t0 += kt) {
-        fn(x, j.ldx, panel, pstride, t0, std::min(t0 + kt, b), t);
+        tile(t0, std::min(t0 + kt, b), t);
         for (int e = 0; e < cnt; ++e) pp[e] = pp[e] + t[e];
       }
     }
@@ -353,10 +384,17 @@ void gemm(const float* x, int64_t ldx, int64_t m, const PackedWeight& w, float* 
   j.chunk = ((k + splits - 1) / splits + 15) / 16 * 16;
   j.kern = &kernels_for(active_isa());
   j.rows_per_tile = j.bf16 && j.kern->max_rows_bf16 ? j.kern->max_rows_bf16 : j.kern->max_rows;
+  j.qkern = nullptr;
+  j.qkind = 0;
+  if (w.type() == WeightType::kQuant) {
+    j.qkern = &quant_kernels_for(active_isa());
+    j.rows_per_tile = j.qkern->max_rows;
+    j.qkind = j.s->q.bits == 8 ? 2 : (j.s->q.offset != 0 ? 1 : 0);
+  }
   const int64_t panels = j.s->panels;
   const int64_t tiles = (m + j.rows_per_tile - 1) / j.rows_per_tile;
   // Few rows: the wide kernel, several panels per call (same per-output sequence).
-  const int wide = (m <= j.kern->wide_max_rows) ? j.kern->wide_panels : 0;
+  const int wide = (!j.qkern && m <= j.kern->wide_max_rows) ? j.kern->wide_panels : 0;
   // Tasks: groups of panels × groups of row tiles. Any grouping gives the same bits.
   const int64_t threads = pool.size();
   int64_t panel_group = std::max<int64_t>(1, panels / (threads * 4));

@@ -27,10 +27,34 @@ inline int64_t bf16_panel_index(int64_t k, int j) {
   return k * kPanel + (j % 16) * 2 + j / 16;
 }
 
+// Quantized panels (WeightType::kQuant, quant.h): panel p is K / group groups of
+// group_bytes at data + p·panel_bytes. A group holds the 32 columns' A (then B, when the
+// format has a minimum) as binary16 (legacy formats, whose d and m are binary16: exact) or
+// binary32 (k-quants, whose sub-block scales are products), then the codes of its `group`
+// k in quads of 4 consecutive k:
+//   4-bit codes: 16 words per quad; word j byte i = c(k = 4q+i, col j) | c(.., col 16+j) << 4
+//                (a nibble, value = nibble − offset);
+//   8-bit codes: 32 words per quad; word j byte i = c(k = 4q+i, col j) (signed).
+// So one 64-byte load serves 4 k of 16 (8-bit) or 32 (4-bit) columns, and extracting a k is
+// a shift and a mask per vector, the same on every ISA.
+struct QuantLayout {
+  uint32_t ggml_type = 0;
+  int group = 32;          // k per group: 16 or 32
+  int bits = 4;            // 4 or 8
+  int offset = 0;          // 4-bit only: value = nibble − offset
+  bool has_min = false;
+  bool f16_scales = true;
+  int64_t hdr_bytes = 0;   // A (and B)
+  int64_t quad_bytes = 0;  // 64 (4-bit) or 128 (8-bit)
+  int64_t group_bytes = 0;
+  int64_t panel_bytes = 0;
+};
+
 struct PackedWeight::Storage {
   int64_t panels = 0;
-  void* data = nullptr;  // 64-byte aligned; float or uint16_t (bf16) elements
+  void* data = nullptr;  // 64-byte aligned; float or uint16_t (bf16) elements, or quant groups
   size_t bytes = 0;
+  QuantLayout q;         // kQuant only
   ~Storage();
   const float* f32_panel(int64_t p, int64_t k) const {
     return static_cast<const float*>(data) + p * k * kPanel;
@@ -41,6 +65,22 @@ struct PackedWeight::Storage {
 };
 
 const PackedWeight::Storage& packed_storage(const PackedWeight& w);
+
+// The value quant.h defines for W[32p + j, k], read from the packed groups.
+float quant_value(const PackedWeight::Storage& s, int64_t k_total, int64_t n, int64_t k);
+
+// Quantized micro-kernel: t as TileFn for rows × one 32-column panel (`panel` = its first
+// group), dequantizing each weight as quant.h defines before its fma.
+using QuantTileFn = void (*)(const float* x, int64_t ldx, const uint8_t* panel,
+                             const QuantLayout& q, int64_t k0, int64_t k1, float* t);
+struct QuantKernels {
+  int max_rows = 1;
+  // [has_min][kind: 0 4-bit, 1 4-bit with offset, 2 8-bit][rows]
+  QuantTileFn fn[2][3][kMaxTileRows + 1] = {};
+};
+const QuantKernels& quant_kernels_scalar();
+const QuantKernels& quant_kernels_avx2();
+const QuantKernels& quant_kernels_avx512();
 
 // t[r·ldt + 32q + j] = Σ_k x[r·ldx + k]·W_q[k][j] over k in [k0, k1) for r < rows and the
 // `np` panels q < np starting at `panel` (consecutive panels are `pstride` elements apart),

@@ -681,7 +681,7 @@ Result<ReplayReport> replay_trace(const std::string& trace_path, const ReplayOpt
                    trace::TraceReader::open(trace_path));
   std::string spec_note;
   ASSIGN_OR_RETURN(std::string spec, resolve_model_spec(reader->run_header(), options.model));
-  Result<LoadedModel> model = load_model(spec);
+  Result<LoadedModel> model = load_model(spec, ModelLoadOptions{.keep_quantized = true});
   if (!model.ok()) return model.status().with_context("loading the model " + spec + ": ");
   return replay_trace(*reader, *model, options);
 }

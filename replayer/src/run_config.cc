@@ -256,7 +256,7 @@ Status check_weights(const trace::RunHeader& h, const LoadedModel& model, std::s
 Result<LoadedModel> load_model_for(const trace::RunHeader& header, const std::string& override_spec,
                                    std::string* warning) {
   ASSIGN_OR_RETURN(std::string spec, resolve_model_spec(header, override_spec));
-  Result<LoadedModel> model = load_model(spec);
+  Result<LoadedModel> model = load_model(spec, ModelLoadOptions{.keep_quantized = true});
   if (!model.ok()) return model.status().with_context("loading the model " + spec + ": ");
   RETURN_IF_ERROR(check_weights(header, *model, warning));
   return model;

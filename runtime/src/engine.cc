@@ -572,8 +572,7 @@ struct Engine::Impl {
     const int32_t* map = b.row_map();
     for (ActiveSeg& s : b.segs) kv.reserve(*s.table, s.seg.start + s.seg.count);
 
-    kernels::embedding(w.embed_table(), c.weight_type, c.vocab, H, b.tokens.data(), R, x.data(),
-                       H);
+    w.embed(b.tokens.data(), R, x.data());
     plain_site(b, SiteId{SiteKind::kEmbed, -1, -1}, x.data(), H, R, H, map);
     for (int32_t l = 0; l < c.layers; ++l) {
       RETURN_IF_ERROR(attention_layer(b, l));

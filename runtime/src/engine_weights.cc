@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "llmrr/kernels/numerics.h"
+#include "llmrr/kernels/quant.h"
+#include "loaders/loader_util.h"
 
 namespace llmrr {
 namespace {
@@ -35,7 +37,14 @@ class Fetcher {
                                                        shape_str(t->shape) + ", expected " +
                                                        shape_str(shape));
     }
-    if (static_cast<int64_t>(t->data.size()) != t->numel()) {
+    if (t->stored) {
+      if (shape.size() != 2 || static_cast<int64_t>(t->stored->rows.size()) != shape[0]) {
+        return make_error(ErrorCode::kBadModel, m_.source + ": stored tensor " + name +
+                                                    " has " +
+                                                    std::to_string(t->stored->rows.size()) +
+                                                    " rows for shape " + shape_str(t->shape));
+      }
+    } else if (static_cast<int64_t>(t->data.size()) != t->numel()) {
       return make_error(ErrorCode::kBadModel, m_.source + ": tensor " + name + " holds " +
                                                   std::to_string(t->data.size()) +
                                                   " values for shape " + shape_str(t->shape));
@@ -45,7 +54,27 @@ class Fetcher {
 
   Status linear(const std::string& name, int64_t n, int64_t k, kernels::PackedWeight* out) const {
     ASSIGN_OR_RETURN(const HostTensor* t, get(name, {n, k}));
-    *out = kernels::PackedWeight::pack(t->data.data(), n, k, type_);
+    return pack(*t, n, k, out);
+  }
+
+  // A stored (quantized) tensor stays quantized when the weights compute as fp32: its packed
+  // values are exactly the dequantized ones (kernels/quant.h). Under a bf16 override it is
+  // dequantized and rounded like any fp32 tensor.
+  Status pack(const HostTensor& t, int64_t n, int64_t k, kernels::PackedWeight* out) const {
+    if (!t.stored) {
+      *out = kernels::PackedWeight::pack(t.data.data(), n, k, type_);
+      return Status::Ok();
+    }
+    int64_t be = 0, bb = 0;
+    if (type_ == kernels::WeightType::kF32 &&
+        kernels::ggml_quant_block(t.stored->ggml_type, &be, &bb) && k % be == 0) {
+      *out = kernels::pack_ggml(t.stored->ggml_type, t.stored->rows.data(), n, k);
+      // The packed copy is all the engine reads; the file's pages can go.
+      loaders::release_pages(t.stored->first, t.stored->bytes);
+      return Status::Ok();
+    }
+    ASSIGN_OR_RETURN(std::vector<float> f32, t.to_f32());
+    *out = kernels::PackedWeight::pack(f32.data(), n, k, type_);
     return Status::Ok();
   }
 
@@ -53,7 +82,7 @@ class Fetcher {
   // checkpoint stores every parameter.
   Status vec(const std::string& name, int64_t n, std::vector<float>* out) const {
     ASSIGN_OR_RETURN(const HostTensor* t, get(name, {n}));
-    *out = t->data;
+    ASSIGN_OR_RETURN(*out, t->to_f32());
     if (type_ == kernels::WeightType::kBF16) {
       for (float& v : *out) v = numerics::round_to_bf16(v);
     }
@@ -127,7 +156,27 @@ Result<EngineWeights> pack_weights(const LoadedModel& model, const ModelConfig& 
   Fetcher f(model, c.weight_type);
 
   ASSIGN_OR_RETURN(const HostTensor* embed, f.get("model.embed_tokens.weight", {V, H}));
-  if (bf16) {
+  const bool tied = c.tied_embeddings && !f.find("lm_head.weight");
+  if (embed->stored && !bf16) {
+    // A quantized table is looked up in its packed form; tied, it is the lm_head itself.
+    if (tied) {
+      RETURN_IF_ERROR(f.pack(*embed, V, H, &w.lm_head));
+      w.embed_from = EngineWeights::EmbedFrom::kLmHead;
+    } else {
+      RETURN_IF_ERROR(f.pack(*embed, V, H, &w.embed_packed));
+      RETURN_IF_ERROR(f.linear("lm_head.weight", V, H, &w.lm_head));
+      w.embed_from = EngineWeights::EmbedFrom::kPacked;
+    }
+  } else if (embed->stored) {
+    ASSIGN_OR_RETURN(std::vector<float> e32, embed->to_f32());
+    w.embed_bf16.resize(e32.size());
+    for (size_t i = 0; i < e32.size(); ++i) w.embed_bf16[i] = numerics::f32_to_bf16(e32[i]);
+    if (tied) {
+      w.lm_head = kernels::PackedWeight::pack(e32.data(), V, H, c.weight_type);
+    } else {
+      RETURN_IF_ERROR(f.linear("lm_head.weight", V, H, &w.lm_head));
+    }
+  } else if (bf16) {
     w.embed_bf16.resize(embed->data.size());
     for (size_t i = 0; i < embed->data.size(); ++i) {
       w.embed_bf16[i] = numerics::f32_to_bf16(embed->data[i]);
@@ -135,10 +184,12 @@ Result<EngineWeights> pack_weights(const LoadedModel& model, const ModelConfig& 
   } else {
     w.embed_f32 = embed->data;
   }
-  if (c.tied_embeddings && !f.find("lm_head.weight")) {
-    w.lm_head = kernels::PackedWeight::pack(embed->data.data(), V, H, c.weight_type);
-  } else {
-    RETURN_IF_ERROR(f.linear("lm_head.weight", V, H, &w.lm_head));
+  if (!embed->stored) {
+    if (tied) {
+      w.lm_head = kernels::PackedWeight::pack(embed->data.data(), V, H, c.weight_type);
+    } else {
+      RETURN_IF_ERROR(f.linear("lm_head.weight", V, H, &w.lm_head));
+    }
   }
   RETURN_IF_ERROR(f.vec("model.norm.weight", H, &w.final_norm));
 
@@ -206,6 +257,16 @@ Result<EngineWeights> pack_weights(const LoadedModel& model, const ModelConfig& 
   }
   w.rope = kernels::RopeTable(D, c.rope_theta, c.max_positions);
   return w;
+}
+
+void EngineWeights::embed(const int32_t* ids, int64_t rows, float* out) const {
+  if (embed_from != EmbedFrom::kTable) {
+    kernels::embedding_packed(embed_from == EmbedFrom::kLmHead ? lm_head : embed_packed, ids,
+                              rows, out, cfg.hidden);
+  } else {
+    kernels::embedding(embed_table(), cfg.weight_type, cfg.vocab, cfg.hidden, ids, rows, out,
+                       cfg.hidden);
+  }
 }
 
 }  // namespace llmrr

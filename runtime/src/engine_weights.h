@@ -33,9 +33,17 @@ struct EngineWeights {
   std::vector<float> embed_f32;    // [vocab, hidden] (fp32 models)
   std::vector<uint16_t> embed_bf16;
   kernels::PackedWeight lm_head;   // [vocab, hidden]
+  // A quantized embedding table stays packed: lookups read the lm_head when tied, else
+  // embed_packed (an enum, not a pointer: EngineWeights moves).
+  enum class EmbedFrom : uint8_t { kTable, kLmHead, kPacked };
+  EmbedFrom embed_from = EmbedFrom::kTable;
+  kernels::PackedWeight embed_packed;
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
   kernels::RopeTable rope;
+
+  // out[i, :] = the embedding of ids[i] (zeros for an id outside the vocabulary).
+  void embed(const int32_t* ids, int64_t rows, float* out) const;
 
   const void* embed_table() const {
     return cfg.weight_type == kernels::WeightType::kBF16

@@ -19,7 +19,27 @@ int64_t HostTensor::numel() const {
   return n;
 }
 
-Result<LoadedModel> load_model(const std::string& spec) {
+Result<std::vector<float>> HostTensor::to_f32() const {
+  if (!stored) return data;
+  const int64_t n = numel();
+  if (shape.size() != 2 || static_cast<int64_t>(stored->rows.size()) != shape[0])
+    return make_error(ErrorCode::kInternal, "stored tensor rows do not match its shape");
+  int64_t be = 0, bb = 0;
+  if (!ggml_type_layout(stored->ggml_type, &be, &bb) || shape[1] % be != 0)
+    return make_error(ErrorCode::kUnsupported,
+                      "stored tensor of type " + ggml_type_name(stored->ggml_type));
+  std::vector<float> out(static_cast<size_t>(n));
+  const uint64_t row_bytes = static_cast<uint64_t>(shape[1] / be * bb);
+  for (int64_t r = 0; r < shape[0]; ++r) {
+    RETURN_IF_ERROR(ggml_dequantize(stored->ggml_type, stored->rows[r], row_bytes, shape[1],
+                                    out.data() + r * shape[1]));
+  }
+  return out;
+}
+
+Result<LoadedModel> load_model(const std::string& spec) { return load_model(spec, {}); }
+
+Result<LoadedModel> load_model(const std::string& spec, const ModelLoadOptions& options) {
   constexpr std::string_view kBuiltin = "builtin:";
   if (spec.rfind(kBuiltin, 0) == 0) return load_builtin(std::string_view(spec).substr(kBuiltin.size()));
   if (spec.empty()) return make_error(ErrorCode::kInvalidArgument, "empty model spec");
@@ -35,12 +55,13 @@ Result<LoadedModel> load_model(const std::string& spec) {
   if (std::FILE* f = std::fopen(spec.c_str(), "rb")) {
     const size_t got = std::fread(magic, 1, 4, f);
     std::fclose(f);
-    if (got == 4 && std::memcmp(magic, "GGUF", 4) == 0) return load_gguf(spec);
+    if (got == 4 && std::memcmp(magic, "GGUF", 4) == 0) return load_gguf(spec, options);
   }
   const size_t slash = spec.find_last_of('/');
   if (spec.size() > 12 && spec.compare(spec.size() - 12, 12, ".safetensors") == 0)
     return load_safetensors_dir(slash == std::string::npos ? "." : spec.substr(0, slash));
-  if (spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".gguf") == 0) return load_gguf(spec);
+  if (spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".gguf") == 0)
+    return load_gguf(spec, options);
   return make_error(ErrorCode::kInvalidArgument,
                     spec + ": not a GGUF file, a .safetensors file or a model directory");
 }

@@ -7,7 +7,7 @@ if [ ! -f "$model" ]; then
   echo "skipped: $model is absent (run tools/fetch-smollm2)"
   exit 77
 fi
-out=$("$llmrr" run --model "$model" --prompt "What is the capital of France?" --max-tokens 16 \
+out=$("$llmrr" run --model "$model" --chat --prompt "What is the capital of France?" --max-tokens 16 \
       --threads 2) || exit 1
 echo "llmrr run answered: $out"
 case "$out" in

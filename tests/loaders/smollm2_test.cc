@@ -87,6 +87,15 @@ TEST_F(SmolLM2, TokenizerMatchesTransformers) {
   EXPECT_EQ(tok.eos(), 2);
 }
 
+// The raw prompt of the llama.cpp comparison: the GGUF says add_bos_token = false, so no BOS;
+// the ids are the ones llama.cpp's tokenizer gives for the same text and file
+// (llama_cpp.Llama.tokenize(text, add_bos=True), which honours the flag).
+TEST_F(SmolLM2, RawPromptIdsMatchLlamaCpp) {
+  const Tokenizer& tok = *model_->tokenizer;
+  EXPECT_EQ(tok.encode("The capital of France is"),
+            (std::vector<int32_t>{504, 3575, 282, 4649, 314}));
+}
+
 TEST_F(SmolLM2, ChatPromptMatchesTemplate) {
   const Tokenizer& tok = *model_->tokenizer;
   ASSERT_TRUE(tok.has_chat_template());

@@ -12,6 +12,7 @@
 #include <functional>
 #include <regex>
 
+#include "llmrr/kernels/quant.h"
 #include "llmrr/runtime/gguf.h"
 #include "llmrr/runtime/tokenizers.h"
 #include "loaders/loader_util.h"
@@ -254,9 +255,37 @@ Result<std::shared_ptr<const Tokenizer>> gguf_tokenizer(const GgufFile& f) {
   return make_bpe_tokenizer(std::move(spec));
 }
 
+// The row order of transformers' _reverse_permute_weights: HF row dst comes from GGUF row
+// src (see reverse_permute).
+std::vector<int64_t> reverse_permute_rows(int64_t rows, int64_t n_head) {
+  std::vector<int64_t> src_of(static_cast<size_t>(rows));
+  const int64_t dim = rows / n_head / 2;
+  for (int64_t h = 0; h < n_head; ++h)
+    for (int64_t i = 0; i < dim; ++i)
+      for (int64_t j = 0; j < 2; ++j) src_of[h * 2 * dim + j * dim + i] = h * 2 * dim + i * 2 + j;
+  return src_of;
+}
+
+// A quantized 2-D (or stacked 3-D) weight kept as stored: row pointers into the mapping.
+std::shared_ptr<const StoredTensor> stored_rows(const GgufTensorInfo& t, const uint8_t* data,
+                                                int64_t first_row, int64_t rows, int64_t cols,
+                                                const std::vector<int64_t>* order) {
+  int64_t be = 0, bb = 0;
+  kernels::ggml_quant_block(t.type, &be, &bb);
+  const uint64_t row_bytes = static_cast<uint64_t>(cols / be * bb);
+  auto st = std::make_shared<StoredTensor>();
+  st->ggml_type = t.type;
+  st->first = data + static_cast<uint64_t>(first_row) * row_bytes;
+  st->bytes = static_cast<uint64_t>(rows) * row_bytes;
+  st->rows.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    st->rows[r] = st->first + static_cast<uint64_t>(order ? (*order)[r] : r) * row_bytes;
+  return st;
+}
+
 }  // namespace
 
-Result<LoadedModel> load_gguf(const std::string& path) {
+Result<LoadedModel> load_gguf(const std::string& path, const ModelLoadOptions& options) {
   ASSIGN_OR_RETURN(GgufFile f, GgufFile::open(path));
   ASSIGN_OR_RETURN(std::string arch_name, f.get_string("general.architecture"));
   if (arch_name != "llama" && arch_name != "qwen2moe")
@@ -271,8 +300,11 @@ Result<LoadedModel> load_gguf(const std::string& path) {
   std::sort(order.begin(), order.end(),
             [](const GgufTensorInfo* a, const GgufTensorInfo* b) { return a->name < b->name; });
   loaders::WeightHasher hasher;
-  for (const GgufTensorInfo* t : order)
+  for (const GgufTensorInfo* t : order) {
     hasher.add(t->name, ggml_type_name(t->type), t->ne, f.tensor_data(*t), t->bytes);
+    // Kept tensors are read again only when the engine packs them: give the pages back.
+    if (options.keep_quantized) loaders::release_pages(f.tensor_data(*t), t->bytes);
+  }
 
   size_t bf16 = 0, other = 0;
   for (const GgufTensorInfo* t : order) {
@@ -285,6 +317,42 @@ Result<LoadedModel> load_gguf(const std::string& path) {
                             "not implement)");
     HostTensor ht;
     ht.shape = hf_shape(*t);
+    int64_t qbe = 0, qbb = 0;
+    if (options.keep_quantized && (t->ne.size() == 2 || t->ne.size() == 3) && !m.expand_row &&
+        kernels::ggml_quant_block(t->type, &qbe, &qbb) && t->ne[0] % qbe == 0) {
+      ++other;
+      const int64_t cols = ht.shape.back();
+      const uint8_t* data = f.tensor_data(*t);
+      if (!m.expert_fmt.empty()) {
+        if (ht.shape.size() != 3 || ht.shape[0] != config.experts)
+          return make_error(ErrorCode::kShapeMismatch,
+                            where + ": stacked experts have shape " +
+                                loaders::shape_string(ht.shape) + ", expected [" +
+                                std::to_string(config.experts) + ", out, in]");
+        for (int64_t e = 0; e < ht.shape[0]; ++e) {
+          HostTensor x{{ht.shape[1], ht.shape[2]}, {}, nullptr};
+          x.stored = stored_rows(*t, data, e * ht.shape[1], ht.shape[1], cols, nullptr);
+          model.tensors[format_expert(m.expert_fmt, e)] = std::move(x);
+        }
+        continue;
+      }
+      if (ht.shape.size() != 2)
+        return make_error(ErrorCode::kShapeMismatch,
+                          where + ": shape " + loaders::shape_string(ht.shape) + " is not 2-D");
+      std::vector<int64_t> perm;
+      if (m.permute_heads > 0) {
+        if (ht.shape[0] % (2 * int64_t{m.permute_heads}) != 0)
+          return make_error(ErrorCode::kShapeMismatch,
+                            where + ": shape " + loaders::shape_string(ht.shape) +
+                                " cannot be split into " + std::to_string(m.permute_heads) +
+                                " heads of even size");
+        perm = reverse_permute_rows(ht.shape[0], m.permute_heads);
+      }
+      ht.stored = stored_rows(*t, data, 0, ht.shape[0], cols, perm.empty() ? nullptr : &perm);
+      if (!model.tensors.emplace(m.hf, std::move(ht)).second)
+        return make_error(ErrorCode::kBadModel, where + ": maps to " + m.hf + " twice");
+      continue;
+    }
     const int64_t n = ht.numel();
     ht.data.resize(static_cast<size_t>(n));
     Status s = ggml_dequantize(t->type, f.tensor_data(*t), t->bytes, n, ht.data.data());
@@ -307,7 +375,7 @@ Result<LoadedModel> load_gguf(const std::string& path) {
                               std::to_string(config.experts) + ", out, in]");
       const int64_t per = ht.shape[1] * ht.shape[2];
       for (int64_t e = 0; e < ht.shape[0]; ++e) {
-        HostTensor x{{ht.shape[1], ht.shape[2]}, {}};
+        HostTensor x{{ht.shape[1], ht.shape[2]}, {}, nullptr};
         x.data.assign(ht.data.begin() + e * per, ht.data.begin() + (e + 1) * per);
         model.tensors[format_expert(m.expert_fmt, e)] = std::move(x);
       }
@@ -332,6 +400,7 @@ Result<LoadedModel> load_gguf(const std::string& path) {
   } else {
     model.tokenizer_note = tok.status().to_string();
   }
+  if (options.keep_quantized) model.storage = std::make_shared<GgufFile>(std::move(f));
   return model;
 }
 

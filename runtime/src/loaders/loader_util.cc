@@ -136,4 +136,11 @@ std::string shape_string(std::span<const int64_t> shape) {
   return s + "]";
 }
 
+void release_pages(const void* p, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+}
+
 }  // namespace llmrr::loaders

@@ -46,6 +46,11 @@ inline float bf16_to_float(uint16_t h) {
   return f;
 }
 
+// Tells the kernel that the pages of a read-only file mapping covering [p, p + n) are not
+// needed now (madvise DONTNEED on the whole pages inside the range): they leave the
+// process's resident set and are read from the page cache again on the next access.
+void release_pages(const void* p, size_t n);
+
 // A whole file mapped read-only (or nothing, for an empty file).
 class MappedFile {
  public:

@@ -364,7 +364,7 @@ Status unfuse_experts(const ModelConfig& c, std::map<std::string, HostTensor>* t
     const std::string base = p + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.");
     for (int64_t x = 0; x < e; ++x) {
       const std::string ep = base + std::to_string(x) + ".";
-      HostTensor g{{i, h}, {}}, u{{i, h}, {}}, d{{h, i}, {}};
+      HostTensor g{{i, h}, {}, nullptr}, u{{i, h}, {}, nullptr}, d{{h, i}, {}, nullptr};
       const float* src = gu->second.data.data() + x * 2 * i * h;
       g.data.assign(src, src + i * h);
       u.data.assign(src + i * h, src + 2 * i * h);

@@ -18,7 +18,9 @@
 
 namespace llmrr::kernels {
 
-enum class WeightType : uint8_t { kF32 = 0, kBF16 = 1 };
+// kQuant: ggml block formats kept quantized (quant.h); only ever the storage of one
+// PackedWeight, never a model-wide weight type.
+enum class WeightType : uint8_t { kF32 = 0, kBF16 = 1, kQuant = 2 };
 
 // A linear layer's weight, logically W[N, K] (out × in, the PyTorch Linear layout), stored
 // K-major (Wᵀ, N contiguous, padded as the micro-kernels like) so that the GEMV and the GEMM
@@ -48,6 +50,7 @@ class PackedWeight {
   WeightType type_ = WeightType::kF32;
   std::unique_ptr<Storage> s_;
   friend const Storage& packed_storage(const PackedWeight&);
+  friend PackedWeight pack_ggml(uint32_t, const uint8_t* const*, int64_t, int64_t);
 };
 
 // y[i, :] = x[i, :] · Wᵀ for i < m. plan.op must be kGemm.
@@ -121,6 +124,11 @@ void moe_combine(const float* expert_rows, int64_t ld_expert, const int32_t* src
 // An id outside [0, vocab) yields a row of zeros.
 void embedding(const void* table, WeightType type, int64_t vocab, int64_t dim,
                const int32_t* ids, int64_t rows, float* out, int64_t ldo);
+
+// The same from the rows of a PackedWeight [vocab, dim] (tied embeddings, quantized tables):
+// out[i, :] = W[ids[i], :] as at() defines it.
+void embedding_packed(const PackedWeight& table, const int32_t* ids, int64_t rows, float* out,
+                      int64_t ldo);
 
 // Router scoring, in place on one row of n scores:
 // softmax: e_i = exp(x_i − max) with llmrr's exp, s = Σ e_i sequentially, x_i = e_i / s.

@@ -68,11 +68,26 @@ struct ModelConfig {
   }
 };
 
-// One tensor, dequantized to fp32, in the Hugging Face name and shape.
+// A 2-D weight kept as the source stores it: ggml blocks inside a file mapping that the
+// LoadedModel keeps alive (LoadedModel::storage). The engine packs it quantized
+// (kernels/quant.h: the same fp32 values the dequantizer would write) and no fp32 copy exists.
+struct StoredTensor {
+  uint32_t ggml_type = 0;
+  std::vector<const uint8_t*> rows;  // HF row i ([out, in] Linear layout), in its blocks
+  const uint8_t* first = nullptr;    // the byte range the rows lie in (to release its pages)
+  uint64_t bytes = 0;
+};
+
+// One tensor in the Hugging Face name and shape: dequantized to fp32 in `data`, or, when
+// loaded with ModelLoadOptions::keep_quantized, possibly `stored` with `data` empty.
 struct HostTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
+  std::shared_ptr<const StoredTensor> stored;
   int64_t numel() const;
+  // `data`, or `stored` dequantized (exactly as the loader would have): an error only for a
+  // stored type that cannot be dequantized.
+  Result<std::vector<float>> to_f32() const;
 };
 
 struct LoadedModel {
@@ -88,6 +103,15 @@ struct LoadedModel {
   std::string source;      // the spec or path it was loaded from
   std::shared_ptr<const Tokenizer> tokenizer;  // null: the source has no usable tokenizer
   std::string tokenizer_note;  // why `tokenizer` is null (absent, unsupported kind, ...)
+  std::shared_ptr<const void> storage;  // keeps the bytes of `stored` tensors mapped
+};
+
+struct ModelLoadOptions {
+  // GGUF: keep block-quantized 2-D weights (Q4_0/1, Q5_0/1, Q8_0, Q2_K..Q6_K, Q8_K) as
+  // stored (HostTensor::stored) instead of dequantizing them to fp32. The engine computes
+  // the same bits either way; this only saves the memory (and time) of the fp32 copy.
+  // Other sources ignore it.
+  bool keep_quantized = false;
 };
 
 // Tensor layout contract, whatever the source: Linear weights [out, in]; biases [out];
@@ -103,6 +127,7 @@ struct LoadedModel {
 // allocation is made from a size the file declares before that size is checked against
 // the file.
 Result<LoadedModel> load_model(const std::string& spec);
+Result<LoadedModel> load_model(const std::string& spec, const ModelLoadOptions& options);
 
 // Where fetched models live: $LLMRR_MODEL_DIR if set, else $HOME/.cache/llmrr/models
 // (tools/fetch-smollm2 uses the same rule).
