@@ -29,7 +29,7 @@ namespace llmrr::trace {
 // Bump kFormatMajor for any change an older reader would misread; a minor bump only adds
 // fields or frame kinds that an older reader may ignore (TRACE_VERSION discipline, as rr).
 inline constexpr uint16_t kFormatMajor = 1;
-inline constexpr uint16_t kFormatMinor = 0;
+inline constexpr uint16_t kFormatMinor = 1;  // 1: cuBLASLt plans, GPU runtime versions
 
 inline constexpr unsigned char kFileMagic[8] = {0x89, 'L', 'L', 'M', 'R', 'R', '\r', '\n'};
 inline constexpr unsigned char kFrameMagic[4] = {'L', 'R', 'F', 'M'};
