@@ -5,20 +5,33 @@
 namespace llmrr::cublaslt {
 namespace {
 
-std::string u(uint64_t v) { return std::to_string(v); }
-std::string i(int64_t v) { return std::to_string(v); }
+std::string u(uint64_t v) {
+  return std::to_string(v);
+}
+std::string i(int64_t v) {
+  return std::to_string(v);
+}
 
-bool known_data_type(int32_t t) { return t == kR32F || t == kR16F || t == kR16BF; }
+bool known_data_type(int32_t t) {
+  return t == kR32F || t == kR16F || t == kR16BF;
+}
 
 std::string compute_name(int32_t c) {
   switch (c) {
-    case 64: return "16F";
-    case 68: return "32F";
-    case 69: return "32F pedantic";
-    case 74: return "32F fast 16F";
-    case 75: return "32F fast 16BF";
-    case 77: return "32F fast TF32";
-    default: return "type " + i(c);
+    case 64:
+      return "16F";
+    case 68:
+      return "32F";
+    case 69:
+      return "32F pedantic";
+    case 74:
+      return "32F fast 16F";
+    case 75:
+      return "32F fast 16BF";
+    case 77:
+      return "32F fast TF32";
+    default:
+      return "type " + i(c);
   }
 }
 
@@ -42,20 +55,29 @@ CublasLtAlgo matmul_types(kernels::WeightType weight_type) {
 
 std::string data_type_name(int32_t t) {
   switch (t) {
-    case kR32F: return "f32";
-    case kR16F: return "f16";
-    case kR16BF: return "bf16";
-    default: return "type " + i(t);
+    case kR32F:
+      return "f32";
+    case kR16F:
+      return "f16";
+    case kR16BF:
+      return "bf16";
+    default:
+      return "type " + i(t);
   }
 }
 
 std::string reduction_name(uint32_t s) {
   switch (s) {
-    case kReductionNone: return "none";
-    case kReductionInplace: return "in place";
-    case kReductionComputeType: return "compute type";
-    case kReductionOutputType: return "output type";
-    default: return "scheme " + u(s);
+    case kReductionNone:
+      return "none";
+    case kReductionInplace:
+      return "in place";
+    case kReductionComputeType:
+      return "compute type";
+    case kReductionOutputType:
+      return "output type";
+    default:
+      return "scheme " + u(s);
   }
 }
 
@@ -66,7 +88,8 @@ std::string check(const CublasLtAlgo& a) {
   if (a.reduction != kReductionNone && a.reduction != kReductionInplace &&
       a.reduction != kReductionComputeType && a.reduction != kReductionOutputType)
     return "reduction scheme: expected 0 (none), 1 (in place), 2 (compute type) or 4 (output "
-           "type), found " + u(a.reduction);
+           "type), found " +
+           u(a.reduction);
   if (a.splitk == 1 && a.reduction != kReductionNone)
     return "reduction scheme: expected none with split-K 1, found " + reduction_name(a.reduction);
   if (a.swizzle > 1) return "CTA swizzling: expected 0 or 1, found " + u(a.swizzle);
@@ -106,11 +129,11 @@ std::string from_plan(const Plan& p, CublasLtAlgo* out) {
 
 std::string describe(const CublasLtAlgo& a) {
   return "cuBLASLt algo " + i(a.algo_id) + ", tile " + u(a.tile) + ", stages " + u(a.stages) +
-         ", split-K " + i(a.splitk) + ", reduction " + reduction_name(a.reduction) +
-         ", swizzle " + u(a.swizzle) + ", custom " + u(a.custom) + ", inner shape " +
-         u(a.inner_shape) + ", cluster shape " + u(a.cluster_shape) + ", workspace " +
-         u(a.workspace) + " B, " + data_type_name(a.a_type) + " x " + data_type_name(a.b_type) +
-         " -> " + data_type_name(a.c_type) + " (compute " + compute_name(a.compute_type) + ")";
+         ", split-K " + i(a.splitk) + ", reduction " + reduction_name(a.reduction) + ", swizzle " +
+         u(a.swizzle) + ", custom " + u(a.custom) + ", inner shape " + u(a.inner_shape) +
+         ", cluster shape " + u(a.cluster_shape) + ", workspace " + u(a.workspace) + " B, " +
+         data_type_name(a.a_type) + " x " + data_type_name(a.b_type) + " -> " +
+         data_type_name(a.c_type) + " (compute " + compute_name(a.compute_type) + ")";
 }
 
 }  // namespace llmrr::cublaslt

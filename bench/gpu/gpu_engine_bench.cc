@@ -8,6 +8,7 @@
 // or no SmolLM2 (tools/fetch-smollm2).
 //
 //   gpu_engine_bench [--reps 3] [--tokens 64] [--model path.gguf]
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,7 +17,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "llmrr/recorder/trace_recorder.h"
@@ -100,9 +100,12 @@ int main(int argc, char** argv) {
   int reps = 3, tokens = 64;
   std::string model_path;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model_path = argv[++i];
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc)
+      tokens = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
+      model_path = argv[++i];
     else {
       std::fprintf(stderr, "usage: gpu_engine_bench [--reps N] [--tokens N] [--model F.gguf]\n");
       return 2;

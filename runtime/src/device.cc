@@ -5,7 +5,9 @@
 
 namespace llmrr {
 
-const char* device_name(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
+const char* device_name(Device d) {
+  return d == Device::kCuda ? "cuda" : "cpu";
+}
 
 std::optional<Device> parse_device(std::string_view t) {
   if (t == "cpu") return Device::kCpu;

@@ -21,8 +21,8 @@ class DeviceForward {
   virtual ~DeviceForward() = default;
   // Runs `b` (KV block tables already cover its rows) with plans from `policy`; calls
   // `observers` when b.notify; fills `logits` with [sampled rows, vocab].
-  virtual Status forward(const StepBatch& b, Policy& policy, const std::vector<Observer*>& observers,
-                         std::vector<float>* logits) = 0;
+  virtual Status forward(const StepBatch& b, Policy& policy,
+                         const std::vector<Observer*>& observers, std::vector<float>* logits) = 0;
 };
 
 // The CUDA forward (runtime/src/cuda/, built with LLMRR_CUDA): uploads the weights once.

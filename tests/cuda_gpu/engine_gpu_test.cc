@@ -14,17 +14,18 @@
 namespace llmrr {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                            \
-  if (!kernels::cuda::available()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount " \
-                                                   "reports none)"
+#define SKIP_WITHOUT_GPU()                              \
+  if (!kernels::cuda::available())                      \
+  GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount " \
+                  "reports none)"
 
-struct Run {
+struct EngineRun {
   std::unique_ptr<MemoryTrace> mem;
   Status status;
 };
 
-Run run_on(Device device, const LoadedModel& m, const std::string& policy, int32_t load) {
-  Run out;
+EngineRun run_on(Device device, const LoadedModel& m, const std::string& policy, int32_t load) {
+  EngineRun out;
   MemoryTrace::Options mo;
   mo.row_hashes = true;
   out.mem = std::make_unique<MemoryTrace>(mo);
@@ -69,8 +70,8 @@ TEST(EngineGpu, ExactFamilyMatchesTheCpuBitForBit) {
                                  ? "tiny-dense"
                                  : std::string(LLMRR_FIXTURES_DIR) + "/tiny-llama-bf16";
     const LoadedModel& m = rtest::builtin(spec);
-    Run cpu = run_on(Device::kCpu, m, "invariant", 3);
-    Run gpu = run_on(Device::kCuda, m, "invariant", 3);
+    EngineRun cpu = run_on(Device::kCpu, m, "invariant", 3);
+    EngineRun gpu = run_on(Device::kCuda, m, "invariant", 3);
     ASSERT_TRUE(cpu.status.ok()) << cpu.status.to_string();
     ASSERT_TRUE(gpu.status.ok()) << gpu.status.to_string();
     expect_same_run(*cpu.mem, *gpu.mem);

@@ -151,8 +151,8 @@ TEST(GpuToCpuReplay, CpuEngineRefusesACublasLtPlan) {
   CublasLtAlgo a = cublaslt::matmul_types(kernels::WeightType::kF32);
   table.set(0, *parse_site("L0.attn.q"), cublaslt::to_plan(a));
   EngineConfig c;
-  auto engine = Engine::create(builtin("tiny-dense"), c,
-                               make_forced_policy(&table, make_invariant_policy()));
+  auto engine =
+      Engine::create(builtin("tiny-dense"), c, make_forced_policy(&table, make_invariant_policy()));
   ASSERT_TRUE(engine.ok());
   RequestSpec r;
   r.prompt = test::bytes("hello");
@@ -181,14 +181,14 @@ TEST(GpuToCpuReplay, CommandLine) {
 TEST(GpuToCpuReplay, DeviceCudaWithoutCudaSaysSo) {
   if (cuda_engine_built()) GTEST_SKIP() << "this build has CUDA (the gpu tests cover it)";
   std::string out;
-  int rc = run_command(rtest::llmrr_binary() + " replay --device cuda " + traces().exact, &out,
-                       true);
+  int rc =
+      run_command(rtest::llmrr_binary() + " replay --device cuda " + traces().exact, &out, true);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("built without CUDA"), std::string::npos) << out;
   for (const char* cmd : {"run", "record -o /dev/null"}) {
-    rc = run_command(rtest::llmrr_binary() + " " + cmd +
-                         " --model builtin:tiny-dense --prompt hi --device cuda",
-                     &out, true);
+    rc = run_command(
+        rtest::llmrr_binary() + " " + cmd + " --model builtin:tiny-dense --prompt hi --device cuda",
+        &out, true);
     EXPECT_EQ(rc, 2) << cmd << ": " << out;
     EXPECT_NE(out.find("built without CUDA"), std::string::npos) << cmd << ": " << out;
   }

@@ -37,14 +37,14 @@ static_assert(sizeof(CublasLtAlgo::algo_id) == sizeof(int32_t) &&
 Status lt_error(cublasStatus_t st, const std::string& what) {
   return make_error(ErrorCode::kInternal, "cuBLASLt: " + what + ": status " +
                                               std::to_string(static_cast<int>(st)) + " (" +
-                                              cublasGetStatusString(st) + ")");
+                                              cublasLtGetStatusString(st) + ")");
 }
 Status cuda_error(cudaError_t e, const std::string& what) {
   return make_error(ErrorCode::kInternal, "CUDA: " + what + ": " + cudaGetErrorString(e));
 }
-#define LT_CHECK(expr, what)                                   \
-  do {                                                         \
-    cublasStatus_t st_ = (expr);                               \
+#define LT_CHECK(expr, what)                                      \
+  do {                                                            \
+    cublasStatus_t st_ = (expr);                                  \
     if (st_ != CUBLAS_STATUS_SUCCESS) return lt_error(st_, what); \
   } while (0)
 
@@ -69,8 +69,8 @@ struct Descs {
   }
 };
 
-Status make_descs(const CublasLtAlgo& t, int64_t m, int64_t n, int64_t k, int64_t ldb,
-                  int64_t ldy, Descs* d) {
+Status make_descs(const CublasLtAlgo& t, int64_t m, int64_t n, int64_t k, int64_t ldb, int64_t ldy,
+                  Descs* d) {
   LT_CHECK(cublasLtMatmulDescCreate(&d->op, static_cast<cublasComputeType_t>(t.compute_type),
                                     static_cast<cudaDataType_t>(t.scale_type)),
            "matmul descriptor");
@@ -90,8 +90,8 @@ Status make_descs(const CublasLtAlgo& t, int64_t m, int64_t n, int64_t k, int64_
 }
 
 template <typename T>
-Status get_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr,
-                T* out, const char* name) {
+Status get_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr, T* out,
+                const char* name) {
   size_t written = 0;
   LT_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, out, sizeof(T), &written),
            std::string("reading ") + name);
@@ -104,8 +104,8 @@ Status get_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttrib
 }
 
 template <typename T>
-Status set_attr(cublasLtMatmulAlgo_t* algo, cublasLtMatmulAlgoConfigAttributes_t attr,
-                const T& v, const char* name) {
+Status set_attr(cublasLtMatmulAlgo_t* algo, cublasLtMatmulAlgoConfigAttributes_t attr, const T& v,
+                const char* name) {
   LT_CHECK(cublasLtMatmulAlgoConfigSetAttribute(algo, attr, &v, sizeof(T)),
            std::string("setting ") + name + " = " + std::to_string(v));
   return Status::Ok();
@@ -119,14 +119,12 @@ Status read_algo(const cublasLtMatmulAlgo_t& algo, CublasLtAlgo* a) {
   RETURN_IF_ERROR(get_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &a->splitk, "SPLITK_NUM"));
   RETURN_IF_ERROR(
       get_attr(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &a->reduction, "REDUCTION_SCHEME"));
-  RETURN_IF_ERROR(
-      get_attr(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &a->swizzle, "CTA_SWIZZLING"));
-  RETURN_IF_ERROR(
-      get_attr(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &a->custom, "CUSTOM_OPTION"));
+  RETURN_IF_ERROR(get_attr(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &a->swizzle, "CTA_SWIZZLING"));
+  RETURN_IF_ERROR(get_attr(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &a->custom, "CUSTOM_OPTION"));
   RETURN_IF_ERROR(
       get_attr(algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &a->inner_shape, "INNER_SHAPE_ID"));
-  RETURN_IF_ERROR(get_attr(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &a->cluster_shape,
-                           "CLUSTER_SHAPE_ID"));
+  RETURN_IF_ERROR(
+      get_attr(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &a->cluster_shape, "CLUSTER_SHAPE_ID"));
   // cuBLASLt reports split-K 1 with whatever reduction scheme it defaults to; without a
   // split there is nothing to reduce, and the plan says "none".
   if (a->splitk <= 1) {
@@ -138,12 +136,11 @@ Status read_algo(const cublasLtMatmulAlgo_t& algo, CublasLtAlgo* a) {
 
 // The plan's fields -> an algorithm (cublasLtMatmulAlgoInit + ConfigSetAttribute).
 Status make_algo(cublasLtHandle_t h, const CublasLtAlgo& a, cublasLtMatmulAlgo_t* algo) {
-  LT_CHECK(cublasLtMatmulAlgoInit(h, static_cast<cublasComputeType_t>(a.compute_type),
-                                  static_cast<cudaDataType_t>(a.scale_type),
-                                  static_cast<cudaDataType_t>(a.a_type),
-                                  static_cast<cudaDataType_t>(a.b_type),
-                                  static_cast<cudaDataType_t>(a.c_type),
-                                  static_cast<cudaDataType_t>(a.c_type), a.algo_id, algo),
+  LT_CHECK(cublasLtMatmulAlgoInit(
+               h, static_cast<cublasComputeType_t>(a.compute_type),
+               static_cast<cudaDataType_t>(a.scale_type), static_cast<cudaDataType_t>(a.a_type),
+               static_cast<cudaDataType_t>(a.b_type), static_cast<cudaDataType_t>(a.c_type),
+               static_cast<cudaDataType_t>(a.c_type), a.algo_id, algo),
            "AlgoInit of algo " + std::to_string(a.algo_id) +
                " (not available with this GPU and cuBLASLt?)");
   RETURN_IF_ERROR(set_attr(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, a.tile, "TILE_ID"));
@@ -213,15 +210,17 @@ Result<CublasLtAlgo> CublasLtGemm::choose(int64_t m, const DeviceWeight& w) {
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS) return lt_error(st, "heuristic");
   if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
-    return make_error(ErrorCode::kUnsupported,
-                      "cuBLASLt: no algorithm for m " + std::to_string(m) + ", n " +
-                          std::to_string(w.n()) + ", k " + std::to_string(w.k()));
+    return make_error(ErrorCode::kUnsupported, "cuBLASLt: no algorithm for m " + std::to_string(m) +
+                                                   ", n " + std::to_string(w.n()) + ", k " +
+                                                   std::to_string(w.k()));
   }
   RETURN_IF_ERROR(read_algo(result.algo, &a));
   a.workspace = result.workspaceSize;
   if (std::string why = cublaslt::check(a); !why.empty()) {
-    return make_error(ErrorCode::kInternal, "cuBLASLt's heuristic returned an algorithm llmrr "
-                                            "cannot record: " + why);
+    return make_error(ErrorCode::kInternal,
+                      "cuBLASLt's heuristic returned an algorithm llmrr "
+                      "cannot record: " +
+                          why);
   }
   impl_->chosen.emplace(key, a);
   return a;
@@ -240,10 +239,10 @@ Status CublasLtGemm::gemm(const float* x, int64_t ldx, int64_t m, const DeviceWe
                           " weights given " + cublaslt::data_type_name(want.a_type) + " weights");
   }
   if (algo.workspace > impl_->workspace.bytes()) {
-    return make_error(ErrorCode::kUnsupported,
-                      "cuBLASLt algorithm needs " + std::to_string(algo.workspace) +
-                          " bytes of workspace, the engine has " +
-                          std::to_string(impl_->workspace.bytes()));
+    return make_error(ErrorCode::kUnsupported, "cuBLASLt algorithm needs " +
+                                                   std::to_string(algo.workspace) +
+                                                   " bytes of workspace, the engine has " +
+                                                   std::to_string(impl_->workspace.bytes()));
   }
   if (m == 0) return Status::Ok();
   const int64_t n = w.n(), k = w.k();
@@ -267,18 +266,17 @@ Status CublasLtGemm::gemm(const float* x, int64_t ldx, int64_t m, const DeviceWe
   cublasLtMatmulAlgo_t a;
   RETURN_IF_ERROR(make_algo(impl_->handle, algo, &a));
   cublasLtMatmulHeuristicResult_t check = {};
-  cublasStatus_t st =
-      cublasLtMatmulAlgoCheck(impl_->handle, d.op, d.a, d.b, d.c, d.c, &a, &check);
+  cublasStatus_t st = cublasLtMatmulAlgoCheck(impl_->handle, d.op, d.a, d.b, d.c, d.c, &a, &check);
   if (st != CUBLAS_STATUS_SUCCESS) {
-    return make_error(ErrorCode::kUnsupported,
-                      "cuBLASLt refuses " + cublaslt::describe(algo) + " for m " +
-                          std::to_string(m) + ", n " + std::to_string(n) + ", k " +
-                          std::to_string(k) + " on this GPU (status " +
-                          cublasGetStatusString(st) + ")");
+    return make_error(ErrorCode::kUnsupported, "cuBLASLt refuses " + cublaslt::describe(algo) +
+                                                   " for m " + std::to_string(m) + ", n " +
+                                                   std::to_string(n) + ", k " + std::to_string(k) +
+                                                   " on this GPU (status " +
+                                                   cublasLtGetStatusString(st) + ")");
   }
   const float alpha = 1.0f, beta = 0.0f;
-  LT_CHECK(cublasLtMatmul(impl_->handle, d.op, &alpha, w.data(), d.a, b, d.b, &beta, y, d.c, y,
-                          d.c, &a, impl_->workspace.data(), impl_->workspace.bytes(), stream),
+  LT_CHECK(cublasLtMatmul(impl_->handle, d.op, &alpha, w.data(), d.a, b, d.b, &beta, y, d.c, y, d.c,
+                          &a, impl_->workspace.data(), impl_->workspace.bytes(), stream),
            "matmul");
   return Status::Ok();
 }

@@ -60,7 +60,9 @@ class PinnedBuffer {
     return Status::Ok();
   }
   template <typename T>
-  T* as() { return static_cast<T*>(p_); }
+  T* as() {
+    return static_cast<T*>(p_);
+  }
 
  private:
   void* p_ = nullptr;
@@ -77,8 +79,8 @@ struct Event {
   SiteId site;
   bool is_plan = false;
   Plan plan;
-  uint64_t mask = 0;         // observers that asked for the rows
-  int64_t fp_offset = 0;     // first fingerprint in the step's staging buffer
+  uint64_t mask = 0;      // observers that asked for the rows
+  int64_t fp_offset = 0;  // first fingerprint in the step's staging buffer
   int64_t rows = 0, cols = 0;
   const int32_t* batch_rows = nullptr;  // valid for the whole forward
 };
@@ -139,8 +141,8 @@ class CudaForward final : public DeviceForward {
   }
 
   // Queues the fingerprints of a site's rows (when someone asked).
-  Status emit(uint64_t mask, SiteId site, const float* data, int64_t ld, int64_t rows,
-              int64_t cols, const int32_t* batch_rows) {
+  Status emit(uint64_t mask, SiteId site, const float* data, int64_t ld, int64_t rows, int64_t cols,
+              const int32_t* batch_rows) {
     if (!mask || rows == 0) return Status::Ok();
     if (fp_used_ + rows > fp_capacity_) {
       return make_error(ErrorCode::kInternal, "CUDA forward: fingerprint staging too small");
@@ -181,7 +183,8 @@ class CudaForward final : public DeviceForward {
     if (bias && bias->bytes() > 0) {
       RETURN_IF_ERROR(cuda_engine::add_bias(y, ldy, m, wt.n(), bias->as<float>(), stream_));
     }
-    if (w_.cfg.bf16_activations) RETURN_IF_ERROR(cuda_engine::round_bf16(y, ldy, m, wt.n(), stream_));
+    if (w_.cfg.bf16_activations)
+      RETURN_IF_ERROR(cuda_engine::round_bf16(y, ldy, m, wt.n(), stream_));
     return emit(mask, site, y, ldy, m, wt.n(), map);
   }
 
@@ -264,9 +267,9 @@ class CudaForward final : public DeviceForward {
   DeviceBuffer fps_;
   int64_t fp_used_ = 0, fp_capacity_ = 0;
   PinnedBuffer fps_host_, logits_host_;
-  std::vector<const float*> block_ptrs_;       // [layer][seg] k blocks, then v blocks
-  std::vector<size_t> seg_block_offset_;       // per segment: its first entry in a layer's run
-  size_t layer_stride_ = 0;                    // entries per layer in block_ptrs_
+  std::vector<const float*> block_ptrs_;  // [layer][seg] k blocks, then v blocks
+  std::vector<size_t> seg_block_offset_;  // per segment: its first entry in a layer's run
+  size_t layer_stride_ = 0;               // entries per layer in block_ptrs_
   std::vector<float*> kv_dst_;
 };
 
@@ -275,9 +278,9 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const EngineWeights& w,
   const ModelConfig& c = w.cfg;
   for (int32_t l = 0; l < c.layers; ++l) {
     if (w.layers[l].sparse) {
-      return make_error(ErrorCode::kUnsupported,
-                        "--device cuda runs dense models; " + c.architecture + " layer " +
-                            std::to_string(l) + " is a MoE layer (use --device cpu)");
+      return make_error(ErrorCode::kUnsupported, "--device cuda runs dense models; layer " +
+                                                     std::to_string(l) +
+                                                     " is a MoE layer (use --device cpu)");
     }
   }
   if (config.device != Device::kCuda) {
@@ -334,12 +337,12 @@ Status CudaForward::attention_layer(int32_t l) {
         *v = v_.as<float>(), *att = att_.as<float>(), *tmp = tmp_.as<float>();
 
   RETURN_IF_ERROR(norm_site(site(SiteKind::kAttnNorm), x, R, b.full_rows, L.attn_norm, h, map));
-  RETURN_IF_ERROR(gemm_site(site(SiteKind::kQ), h, c.hidden, R, b.full_rows, L.q, q, qd,
-                            &L.q_bias, map));
-  RETURN_IF_ERROR(gemm_site(site(SiteKind::kK), h, c.hidden, R, b.full_rows, L.k, k, kvd,
-                            &L.k_bias, map));
-  RETURN_IF_ERROR(gemm_site(site(SiteKind::kV), h, c.hidden, R, b.full_rows, L.v, v, kvd,
-                            &L.v_bias, map));
+  RETURN_IF_ERROR(
+      gemm_site(site(SiteKind::kQ), h, c.hidden, R, b.full_rows, L.q, q, qd, &L.q_bias, map));
+  RETURN_IF_ERROR(
+      gemm_site(site(SiteKind::kK), h, c.hidden, R, b.full_rows, L.k, k, kvd, &L.k_bias, map));
+  RETURN_IF_ERROR(
+      gemm_site(site(SiteKind::kV), h, c.hidden, R, b.full_rows, L.v, v, kvd, &L.v_bias, map));
   const int32_t* pos = positions_d_.as<int32_t>();
   RETURN_IF_ERROR(kc::rope(q, qd, R, pos, c.heads, *rope_, stream_));
   RETURN_IF_ERROR(kc::rope(k, kvd, R, pos, c.kv_heads, *rope_, stream_));
@@ -388,8 +391,8 @@ Status CudaForward::attention_layer(int32_t l) {
     if (c.bf16_activations) RETURN_IF_ERROR(cuda_engine::round_bf16(att, qd, R, qd, stream_));
     RETURN_IF_ERROR(emit(mask, st, att, qd, R, qd, map));
   }
-  RETURN_IF_ERROR(gemm_site(site(SiteKind::kO), att, qd, R, b.full_rows, L.o, tmp, c.hidden,
-                            nullptr, map));
+  RETURN_IF_ERROR(
+      gemm_site(site(SiteKind::kO), att, qd, R, b.full_rows, L.o, tmp, c.hidden, nullptr, map));
   RETURN_IF_ERROR(residual(x, tmp, R));
   return plain_site(site(SiteKind::kAttnResid), x, c.hidden, R, c.hidden, map);
 }
@@ -403,8 +406,8 @@ Status CudaForward::mlp(int32_t l) {
   auto site = [&](SiteKind kind) { return SiteId{kind, static_cast<int16_t>(l), -1}; };
   float *h = h_.as<float>(), *gate = gate_.as<float>(), *up = up_.as<float>(),
         *act = act_.as<float>(), *tmp = tmp_.as<float>();
-  RETURN_IF_ERROR(gemm_site(site(SiteKind::kGate), h, H, R, b.full_rows, L.gate, gate, F,
-                            nullptr, map));
+  RETURN_IF_ERROR(
+      gemm_site(site(SiteKind::kGate), h, H, R, b.full_rows, L.gate, gate, F, nullptr, map));
   RETURN_IF_ERROR(gemm_site(site(SiteKind::kUp), h, H, R, b.full_rows, L.up, up, F, nullptr, map));
   RETURN_IF_ERROR(kc::swiglu(gate, F, up, F, R, F, act, F, stream_));
   if (c.bf16_activations) RETURN_IF_ERROR(cuda_engine::round_bf16(act, F, R, F, stream_));
@@ -482,8 +485,8 @@ Status CudaForward::forward(const StepBatch& b, Policy& policy,
   RETURN_IF_ERROR(kv_dst_d_.upload(kv_dst_.data(), kv_dst_.size() * sizeof(float*), stream_));
   RETURN_IF_ERROR(ensure(block_ptrs_d_, std::max<size_t>(block_ptrs_.size(), 1) * sizeof(float*)));
   if (!block_ptrs_.empty()) {
-    RETURN_IF_ERROR(block_ptrs_d_.upload(block_ptrs_.data(),
-                                         block_ptrs_.size() * sizeof(float*), stream_));
+    RETURN_IF_ERROR(
+        block_ptrs_d_.upload(block_ptrs_.data(), block_ptrs_.size() * sizeof(float*), stream_));
   }
   // Host tables go up from pageable memory: the upload has copied them when it returns
   // (cudaMemcpyAsync stages pageable sources), so reusing the vectors next step is safe.
@@ -496,16 +499,16 @@ Status CudaForward::forward(const StepBatch& b, Policy& policy,
   for (int32_t l = 0; l < c.layers; ++l) {
     RETURN_IF_ERROR(attention_layer(l));
     auto site = [&](SiteKind kind) { return SiteId{kind, static_cast<int16_t>(l), -1}; };
-    RETURN_IF_ERROR(
-        norm_site(site(SiteKind::kMlpNorm), x, R, b.full_rows, layers_[l].mlp_norm, h_.as<float>(), map));
+    RETURN_IF_ERROR(norm_site(site(SiteKind::kMlpNorm), x, R, b.full_rows, layers_[l].mlp_norm,
+                              h_.as<float>(), map));
     RETURN_IF_ERROR(mlp(l));
     RETURN_IF_ERROR(residual(x, tmp_.as<float>(), R));
     RETURN_IF_ERROR(plain_site(site(SiteKind::kLayerOut), x, H, R, H, map));
   }
   logits->resize(static_cast<size_t>(S) * V);
   if (S > 0) {
-    RETURN_IF_ERROR(cuda_engine::gather_rows(x, H, sampled_d_.as<int32_t>(), S, H, xs_.as<float>(),
-                                             stream_));
+    RETURN_IF_ERROR(
+        cuda_engine::gather_rows(x, H, sampled_d_.as<int32_t>(), S, H, xs_.as<float>(), stream_));
     RETURN_IF_ERROR(norm_site(SiteId{SiteKind::kFinalNorm, -1, -1}, xs_.as<float>(), S,
                               b.full_sampled, final_norm_, hs_.as<float>(), b.sampled_orig.data()));
     RETURN_IF_ERROR(gemm_site(SiteId{SiteKind::kLogits, -1, -1}, hs_.as<float>(), H, S,

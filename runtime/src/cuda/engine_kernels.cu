@@ -10,13 +10,15 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
+}
 
 Status launched(const char* what) {
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::Ok();
-  return make_error(ErrorCode::kInternal, std::string("CUDA: ") + what + ": " +
-                                              cudaGetErrorString(e));
+  return make_error(ErrorCode::kInternal,
+                    std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
 }
 
 __global__ void add_bias_k(float* y, int64_t ldy, int64_t rows, int64_t n, const float* bias) {

@@ -19,8 +19,8 @@ Status add_inplace(float* x, const float* d, int64_t n, Stream s);
 // Every value rounded to bf16 (nearest even), kept as fp32.
 Status round_bf16(float* p, int64_t ld, int64_t rows, int64_t cols, Stream s);
 // dst[r][0..cols) = src[r * ld ..] for r < rows; dst: device array of device pointers.
-Status write_rows(const float* src, int64_t ld, int64_t rows, int64_t cols,
-                  float* const* dst, Stream s);
+Status write_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, float* const* dst,
+                  Stream s);
 // dst[i, :] = src[idx[i], :] for i < n (idx device).
 Status gather_rows(const float* src, int64_t ld, const int32_t* idx, int64_t n, int64_t cols,
                    float* dst, Stream s);

@@ -40,8 +40,8 @@ class CublasLtGemm {
   // y = x·Wᵀ with `algo`, re-created by cublasLtMatmulAlgoInit + ConfigSetAttribute and
   // checked by cublasLtMatmulAlgoCheck: an algorithm this GPU or cuBLASLt cannot run is
   // kUnsupported, naming it. The types in `algo` must be those of `w`.
-  Status gemm(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y,
-              int64_t ldy, const CublasLtAlgo& algo, Stream stream);
+  Status gemm(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
+              const CublasLtAlgo& algo, Stream stream);
 
   // cublasLtGetVersion as "major.minor.patch", e.g. "13.1.0".
   static std::string version();

@@ -54,7 +54,9 @@ Plan to_plan(const CublasLtAlgo& algo);
 std::string from_plan(const Plan& plan, CublasLtAlgo* out);
 
 // Whether the plan runs through cuBLASLt (and so only on a GPU).
-inline bool is_cublaslt(const Plan& plan) { return plan.cublaslt.has_value(); }
+inline bool is_cublaslt(const Plan& plan) {
+  return plan.cublaslt.has_value();
+}
 
 // "cuBLASLt algo 66, tile 21, stages 15, split-K 1, reduction none, swizzle 0, custom 0,
 // inner shape 0, cluster shape 0, workspace 0 B, bf16 x bf16 -> f32 (compute 32F)".
