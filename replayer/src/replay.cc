@@ -40,7 +40,11 @@ std::string float_text(float v) {
 
 std::string ints_text(const int32_t* v, size_t n) {
   std::string s = "[";
-  for (size_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < n; ++i) {
+    // Appended piece by piece: `"," + std::to_string(...)` trips GCC 12's -Wrestrict.
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
   return s + "]";
 }
 
