@@ -1,5 +1,7 @@
 #include "llmrr/kernels/plan.h"
 
+#include "llmrr/kernels/cublaslt_plan.h"
+
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@ bool is_permutation_of_iota(const uint16_t* v, size_t n) {
 }  // namespace
 
 std::string plan_to_string(const Plan& p) {
+  if (p.cublaslt && p.op == OpKind::kGemm) return cublaslt::describe(*p.cublaslt);
   std::string s;
   switch (p.op) {
     case OpKind::kGemm:
@@ -61,6 +64,10 @@ std::string plan_to_string(const Plan& p) {
 }
 
 std::string plan_check(const Plan& p, int64_t rows_for_combine, int k_for_combine) {
+  if (p.cublaslt) {
+    CublasLtAlgo unused;
+    return cublaslt::from_plan(p, &unused);
+  }
   switch (p.op) {
     case OpKind::kGemm:
     case OpKind::kRmsNorm:

@@ -30,6 +30,24 @@ json plan_json(const PlanRecord& p) {
          {"k_tile", p.k_tile},
          {"text", cli::plan_text(p)}};
   if (!p.arrival.empty()) j["arrival"] = p.arrival;
+  if (p.cublaslt) {
+    const CublasLtAlgoRecord& a = *p.cublaslt;
+    j["cublaslt"] = {{"algo_id", a.algo_id},
+                     {"tile", a.tile},
+                     {"stages", a.stages},
+                     {"splitk", a.splitk},
+                     {"reduction", a.reduction},
+                     {"swizzle", a.swizzle},
+                     {"custom", a.custom},
+                     {"inner_shape", a.inner_shape},
+                     {"cluster_shape", a.cluster_shape},
+                     {"workspace", a.workspace},
+                     {"compute_type", a.compute_type},
+                     {"scale_type", a.scale_type},
+                     {"a_type", a.a_type},
+                     {"b_type", a.b_type},
+                     {"c_type", a.c_type}};
+  }
   return j;
 }
 

@@ -85,7 +85,9 @@ nlohmann::json header_json(const RunHeader& h) {
         {"compute_capability", h.device.compute_capability},
         {"driver", h.device.driver},
         {"memory_bytes", h.device.memory_bytes},
-        {"sm_count", h.device.sm_count}}},
+        {"sm_count", h.device.sm_count},
+        {"runtime", h.device.runtime},
+        {"cublaslt", h.device.cublaslt}}},
       {"model",
        {{"name", h.model.name},
         {"path", h.model.path},
@@ -200,6 +202,13 @@ int print_text(const TraceReader& r) {
       "device     %s%s%s%s\n", h.device.kind.c_str(), h.device.name.empty() ? "" : " ",
       h.device.name.c_str(),
       h.device.sm_count ? (" (" + std::to_string(h.device.sm_count) + " SMs)").c_str() : "");
+  if (h.device.kind == "cuda") {
+    auto or_dash = [](const std::string& v) { return v.empty() ? "-" : v.c_str(); };
+    std::printf("           compute capability %s, driver %s, runtime %s, cuBLASLt %s, %s\n",
+                or_dash(h.device.compute_capability), or_dash(h.device.driver),
+                or_dash(h.device.runtime), or_dash(h.device.cublaslt),
+                human_bytes(static_cast<uint64_t>(h.device.memory_bytes)).c_str());
+  }
   auto kc = kernel_counts(r);
   if (!kc.ok()) return cli::report("inspect", kc.status());
   // A trace of GPU activity only (llmrr record-cuda) has no model and no engine.

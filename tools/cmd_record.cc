@@ -316,6 +316,13 @@ int run_record_command(int argc, char** argv) {
 
   trace::RunHeader header =
       make_header(o, ro, s, argc, argv, reference ? reference->run_header().run_id : "");
+  if (s.config.device != Device::kCpu) {
+    // The GPU the run is recorded on: a cuBLASLt plan replays bit for bit only on the same
+    // GPU model and cuBLASLt version.
+    Result<trace::DeviceInfo> dev = describe_device(s.config.device);
+    if (!dev.ok()) return fail(dev.status());
+    header.device = *dev;
+  }
   Result<std::unique_ptr<TraceRecorder>> rec = TraceRecorder::open(ro.output, header, rec_opts);
   if (!rec.ok()) {
     // The recorder never costs the user the run: the text is generated and printed as

@@ -50,6 +50,9 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_prompt) {
                "wrap the prompt in the model's chat template (one user turn and the assistant "
                "header); without it the prompt is plain text to continue");
   app.add_flag("--raw", o.raw, "use the prompt as is (the default)");
+  app.add_option("--device", o.device,
+                 "cpu | cuda (default cpu; cuda needs a CUDA build and a GPU: exact kernels for "
+                 "the invariant policy, cuBLASLt for production)");
 }
 
 Result<std::vector<int32_t>> parse_id_list(const std::string& text) {
@@ -134,6 +137,12 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
     return bad("--scoring must be softmax or sigmoid (got '" + o.scoring + "')");
   }
   if (o.chat && o.raw) return bad("--chat and --raw exclude each other");
+  std::optional<Device> device = parse_device(o.device);
+  if (!device) return bad("--device must be cpu or cuda (got '" + o.device + "')");
+  if (*device == Device::kCuda && o.atomics) {
+    return bad("--atomics needs --device cpu (cuBLASLt has no arrival-order reductions)");
+  }
+  RETURN_IF_ERROR(check_device(*device));
   if (need_prompt && o.prompt.empty() == o.prompt_ids.empty()) {
     return bad("give exactly one of --prompt TEXT and --prompt-ids 1,2,3");
   }
@@ -148,6 +157,7 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
   c.scheduler.max_seqs = o.max_seqs;
   c.scheduler.prefill_chunk = o.prefill_chunk;
   c.kv_block = o.kv_block;
+  c.device = *device;
   c.capacity.factor = o.capacity_factor;
   c.capacity.overflow = overflow;
   if (o.dtype == "fp32") {

@@ -43,6 +43,7 @@ struct EngineOptions {
   std::string scoring;               // "" (as the model), softmax, sigmoid
   bool chat = false;
   bool raw = false;
+  std::string device = "cpu";        // cpu | cuda
 };
 
 // Registers the options on `app`. `with_prompt`: --prompt / --prompt-ids (record also takes

@@ -50,6 +50,30 @@ std::string check_plan(const PlanRecord& p) {
   if (p.k_tile % 16 != 0) return "k_tile: expected a multiple of 16, found " + unum(p.k_tile);
   if (p.op == OpKind::kAttention && p.mode == SplitMode::kSize && p.split_size < 1)
     return "split_size: expected >= 1 for attention split by size, found 0";
+  if (p.cublaslt) {
+    // The bounds kernels/cublaslt_plan.h's check() states (format depends on nothing of ours).
+    const CublasLtAlgoRecord& a = *p.cublaslt;
+    if (p.op != OpKind::kGemm)
+      return std::string("cublaslt: expected only on gemm plans, found it on ") + op_kind_name(p.op);
+    if (p.order != CombineOrder::kFixed || p.k_tile != 0)
+      return "cublaslt: expected fixed order and k_tile 0 with a cuBLASLt algorithm";
+    if (a.algo_id < 0) return "cublaslt.algo_id: expected >= 0, found " + num(a.algo_id);
+    if (a.splitk < 1 || a.splitk > 1024)
+      return "cublaslt.splitk: expected 1..1024, found " + num(a.splitk);
+    if (p.splits != static_cast<uint32_t>(a.splitk))
+      return "splits: expected the cuBLASLt split-K " + num(a.splitk) + ", found " + unum(p.splits);
+    if (a.reduction != 0 && a.reduction != 1 && a.reduction != 2 && a.reduction != 4)
+      return "cublaslt.reduction: expected 0, 1, 2 or 4, found " + unum(a.reduction);
+    if (a.splitk == 1 && a.reduction != 0)
+      return "cublaslt.reduction: expected 0 (none) with split-K 1, found " + unum(a.reduction);
+    if (a.swizzle > 1) return "cublaslt.swizzle: expected 0 or 1, found " + unum(a.swizzle);
+    if (a.workspace > (uint64_t{1} << 32))
+      return "cublaslt.workspace: expected at most 4 GiB, found " + unum(a.workspace) + " bytes";
+    for (int32_t t : {a.scale_type, a.a_type, a.b_type, a.c_type})
+      if (t != 0 && t != 2 && t != 14)
+        return "cublaslt types: expected cudaDataType f32 (0), f16 (2) or bf16 (14), found " +
+               num(t);
+  }
   if (p.order == CombineOrder::kFixed && !p.arrival.empty())
     return "arrival: expected empty for fixed order, found " + unum(p.arrival.size()) + " entries";
   if (p.order == CombineOrder::kArrival) {

@@ -37,6 +37,15 @@ std::string plan_key(const PlanRecord& p) {
   std::memcpy(&k[8], &p.split_size, 4);
   std::memcpy(&k[12], &p.k_tile, 4);
   if (!p.arrival.empty()) std::memcpy(&k[16], p.arrival.data(), 2 * p.arrival.size());
+  if (p.cublaslt) {
+    // Field by field: the struct has padding whose bytes are not part of its value.
+    const CublasLtAlgoRecord& a = *p.cublaslt;
+    auto put = [&k](const auto& v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    k += 'L';
+    put(a.algo_id), put(a.tile), put(a.stages), put(a.splitk), put(a.reduction);
+    put(a.swizzle), put(a.custom), put(a.inner_shape), put(a.cluster_shape), put(a.workspace);
+    put(a.compute_type), put(a.scale_type), put(a.a_type), put(a.b_type), put(a.c_type);
+  }
   return k;
 }
 
@@ -69,6 +78,13 @@ uint32_t ChunkBuilder::intern(const PlanRecord& plan) {
   if (it != plan_ids_.end()) return it->second;
   fbs::Offset<fbs::Vector<uint16_t>> arrival;
   if (!plan.arrival.empty()) arrival = fbb_.CreateVector(plan.arrival);
+  fbs::Offset<fb::CublasLtAlgo> lt;
+  if (plan.cublaslt) {
+    const CublasLtAlgoRecord& a = *plan.cublaslt;
+    lt = fb::CreateCublasLtAlgo(fbb_, a.algo_id, a.tile, a.stages, a.splitk, a.reduction,
+                                a.swizzle, a.custom, a.inner_shape, a.cluster_shape, a.workspace,
+                                a.compute_type, a.scale_type, a.a_type, a.b_type, a.c_type);
+  }
   fb::PlanBuilder b(fbb_);
   b.add_op(static_cast<fb::OpKind>(plan.op));
   b.add_mode(static_cast<fb::SplitMode>(plan.mode));
@@ -78,6 +94,7 @@ uint32_t ChunkBuilder::intern(const PlanRecord& plan) {
   b.add_split_size(plan.split_size);
   b.add_k_tile(plan.k_tile);
   if (!plan.arrival.empty()) b.add_arrival(arrival);
+  if (plan.cublaslt) b.add_cublaslt(lt);
   plan_offsets_.push_back(b.Finish());
   const uint32_t id = static_cast<uint32_t>(plans_.size());
   plans_.push_back(plan);
@@ -331,7 +348,8 @@ size_t step_size_bound(const StepRecord& s) {
   size_t b = 512;
   for (const RequestRecord& r : s.arrivals) b += 160 + 4 * r.prompt.size() + r.label.size();
   b += 24 * s.segments.size();
-  for (const SitePlan& p : s.plans) b += 16 + 112 + 2 * p.plan.arrival.size();
+  for (const SitePlan& p : s.plans)
+    b += 16 + 112 + 2 * p.plan.arrival.size() + (p.plan.cublaslt ? 112 : 0);
   b += 16 * s.plans.size() + 16;  // removals in the delta
   for (const SiteRows& r : s.rows) b += 96 + 4 * r.batch_rows.size() + 16 * r.rows.size();
   for (const Routing& r : s.routing)
@@ -349,7 +367,8 @@ void build_run_header(const RunHeader& h, std::vector<uint8_t>* out) {
   auto device = fb::CreateDeviceInfo(
       fbb, opt_string(fbb, h.device.kind), opt_string(fbb, h.device.name),
       opt_string(fbb, h.device.compute_capability), opt_string(fbb, h.device.driver),
-      h.device.memory_bytes, h.device.sm_count);
+      h.device.memory_bytes, h.device.sm_count, opt_string(fbb, h.device.runtime),
+      opt_string(fbb, h.device.cublaslt));
   const ModelInfo& m = h.model;
   auto m_name = opt_string(fbb, m.name);
   auto m_path = opt_string(fbb, m.path);
@@ -543,6 +562,8 @@ void decode_run_header(const fb::RunHeader* h, RunHeader* out) {
     out->device.driver = str(x->driver());
     out->device.memory_bytes = x->memory_bytes();
     out->device.sm_count = x->sm_count();
+    out->device.runtime = str(x->runtime());
+    out->device.cublaslt = str(x->cublaslt());
   } else {
     out->device.kind.clear();
   }
@@ -597,6 +618,25 @@ void decode_plan(const fb::Plan* p, PlanRecord* out) {
   out->k_tile = p->k_tile();
   out->arrival.clear();
   if (const auto* a = p->arrival()) out->arrival.assign(a->begin(), a->end());
+  out->cublaslt.reset();
+  if (const fb::CublasLtAlgo* x = p->cublaslt()) {
+    CublasLtAlgoRecord& a = out->cublaslt.emplace();
+    a.algo_id = x->algo_id();
+    a.tile = x->tile();
+    a.stages = x->stages();
+    a.splitk = x->splitk();
+    a.reduction = x->reduction();
+    a.swizzle = x->swizzle();
+    a.custom = x->custom();
+    a.inner_shape = x->inner_shape();
+    a.cluster_shape = x->cluster_shape();
+    a.workspace = x->workspace();
+    a.compute_type = x->compute_type();
+    a.scale_type = x->scale_type();
+    a.a_type = x->a_type();
+    a.b_type = x->b_type();
+    a.c_type = x->c_type();
+  }
 }
 
 void decode_blob_meta(const fb::BlobMeta* m, BlobInfo* out) {
@@ -725,7 +765,8 @@ std::string ChunkDecoder::reset(const fb::StepChunk* chunk, size_t raw_size) {
     plans_.resize(ps->size());
     for (flatbuffers::uoffset_t i = 0; i < ps->size(); ++i) {
       const fb::Plan* p = ps->Get(i);
-      if (!take(8 + (p->arrival() ? 2 * uint64_t{p->arrival()->size()} : 0)))
+      if (!take(8 + (p->arrival() ? 2 * uint64_t{p->arrival()->size()} : 0) +
+                (p->cublaslt() ? 16 : 0)))
         return "plans: expected at most " + std::to_string(raw_size) +
                " bytes of plans (the payload size), found more: the payload shares offsets";
       decode_plan(p, &plans_[i]);

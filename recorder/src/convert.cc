@@ -12,6 +12,13 @@ trace::PlanRecord to_plan_record(const Plan& p) {
   r.split_size = p.split_size;
   r.k_tile = p.k_tile;
   r.arrival = p.arrival;
+  if (p.cublaslt) {
+    const CublasLtAlgo& a = *p.cublaslt;
+    r.cublaslt = trace::CublasLtAlgoRecord{a.algo_id,     a.tile,          a.stages,    a.splitk,
+                                           a.reduction,   a.swizzle,       a.custom,    a.inner_shape,
+                                           a.cluster_shape, a.workspace,   a.compute_type,
+                                           a.scale_type,  a.a_type,        a.b_type,    a.c_type};
+  }
   return r;
 }
 
@@ -25,6 +32,13 @@ Plan to_plan(const trace::PlanRecord& r) {
   p.split_size = r.split_size;
   p.k_tile = r.k_tile;
   p.arrival = r.arrival;
+  if (r.cublaslt) {
+    const trace::CublasLtAlgoRecord& a = *r.cublaslt;
+    p.cublaslt = CublasLtAlgo{a.algo_id,       a.tile,      a.stages,       a.splitk,
+                              a.reduction,     a.swizzle,   a.custom,       a.inner_shape,
+                              a.cluster_shape, a.workspace, a.compute_type, a.scale_type,
+                              a.a_type,        a.b_type,    a.c_type};
+  }
   return p;
 }
 

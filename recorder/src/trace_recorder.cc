@@ -195,7 +195,8 @@ void TraceRecorder::on_rows(const RowsView& v) {
   if (v.batch_rows) rows.batch_rows.assign(v.batch_rows, v.batch_rows + v.rows);
   rows.rows.resize(static_cast<size_t>(v.rows));
   for (int64_t r = 0; r < v.rows; ++r) {
-    rows.rows[static_cast<size_t>(r)] = trace::fingerprint_row(v.data + r * v.ld, v.cols);
+    rows.rows[static_cast<size_t>(r)] =
+        v.fingerprints ? v.fingerprints[r] : trace::fingerprint_row(v.data + r * v.ld, v.cols);
   }
   stats_.fingerprints += v.rows;
   step_.rows.push_back(std::move(rows));

@@ -17,6 +17,8 @@
 #include "llmrr/replayer/npy.h"
 #include "llmrr/replayer/run_config.h"
 #include "llmrr/replayer/trace_feed.h"
+#include "llmrr/kernels/cublaslt_plan.h"
+#include "cpu_gate.h"
 
 namespace llmrr::replay {
 namespace {
@@ -161,7 +163,8 @@ class Verifier final : public Observer {
     }
     for (int64_t r = 0; r < v.rows; ++r) {
       const int64_t row = v.batch_rows ? v.batch_rows[r] : r;
-      const trace::Fingerprint got = trace::fingerprint_row(v.data + r * v.ld, v.cols);
+      const trace::Fingerprint got =
+          v.fingerprints ? v.fingerprints[r] : trace::fingerprint_row(v.data + r * v.ld, v.cols);
       const int64_t idx = row >= 0 && row < full ? index_of_[row] : -1;
       if (idx < 0) {
         fail_row(v.step, row, site_name(v.site), "fingerprint", "no row recorded", fp_text(got));
@@ -541,6 +544,20 @@ class Materializer final : public Observer {
   Status status_;
 };
 
+Unreproducible unreproducible_at(const CpuStop& stop, const trace::StepRecord& step) {
+  Unreproducible u;
+  u.step = stop.step;
+  u.site = site_name(stop.site);
+  u.plan = plan_to_string(stop.plan);
+  std::vector<SiteId> sites;
+  for (const trace::SitePlan& sp : step.plans) {
+    if (sp.plan.cublaslt) sites.push_back(SiteId::unpack(sp.site));
+  }
+  std::sort(sites.begin(), sites.end());
+  for (const SiteId& s : sites) u.sites.push_back(site_name(s));
+  return u;
+}
+
 }  // namespace
 
 Result<MaterializeSpec> parse_materialize(std::string_view text) {
@@ -619,6 +636,19 @@ Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const Loaded
   }
 
   ASSIGN_OR_RETURN(EngineConfig config, engine_config_from_header(header, options.threads));
+  RETURN_IF_ERROR(check_device(options.device));
+  config.device = options.device;
+  if (options.device == Device::kCuda && !options.materialize.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--materialize needs --device cpu (the CUDA engine hands observers "
+                      "device fingerprints, not rows); an exact trace replays the same there");
+  }
+  if (header.device.kind == "cuda" && options.device == Device::kCpu) {
+    report.notes.push_back("recorded on " +
+                           (header.device.name.empty() ? std::string("a CUDA GPU")
+                                                       : header.device.name) +
+                           ", replayed on the CPU");
+  }
 
   Engine* engine_ptr = nullptr;
   const std::optional<RequestId> only = options.request;
@@ -630,6 +660,8 @@ Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const Loaded
       },
       options.last_step);
   std::shared_ptr<Policy> policy = make_forced_policy(&feed);
+  std::shared_ptr<CpuGatePolicy> gate;
+  if (options.device == Device::kCpu) policy = gate = std::make_shared<CpuGatePolicy>(policy);
   Result<std::unique_ptr<Engine>> created = Engine::create(model, config, policy);
   if (!created.ok()) return created.status().with_context("replay: building the engine: ");
   Engine& engine = **created;
@@ -649,6 +681,10 @@ Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const Loaded
 
   for (;;) {
     Result<bool> more = engine.step();
+    if (!more.ok() && gate && gate->stop() && !verifier.mismatch()) {
+      report.unreproducible = unreproducible_at(*gate->stop(), feed.current());
+      break;
+    }
     if (!more.ok()) {
       return more.status().with_context("replay stopped after " +
                                         std::to_string(feed.steps_read()) + " steps: ");
@@ -672,7 +708,9 @@ Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const Loaded
     }
     return report;
   }
-  if (materializer) RETURN_IF_ERROR(materializer->finish(&report.written));
+  if (materializer && !report.unreproducible) {
+    RETURN_IF_ERROR(materializer->finish(&report.written));
+  }
   return report;
 }
 
@@ -699,6 +737,23 @@ std::string format_replay_report(const ReplayReport& r) {
            ", recomputed " + ints_text(m.found.data(), m.found.size()) + "\n";
     out += "replayed " + std::to_string(r.steps) + " steps" + scope +
            " with routing recomputed: the first token whose experts differ is above\n";
+    return out;
+  }
+  if (r.unreproducible && !r.mismatch) {
+    const Unreproducible& u = *r.unreproducible;
+    out += "stopped at step " + std::to_string(u.step) + ", site " + u.site +
+           ": a tensor-core GEMM (" + u.plan + ") that the CPU cannot reproduce\n";
+    std::string list;
+    for (size_t i = 0; i < u.sites.size() && i < 8; ++i) list += (i ? ", " : "") + u.sites[i];
+    if (u.sites.size() > 8) list += ", ...";
+    out += "  cuBLASLt sites of step " + std::to_string(u.step) + " (" +
+           std::to_string(u.sites.size()) + "): " + list + "\n";
+    out += "checked " + std::to_string(r.steps) + " whole steps" + scope + ", " +
+           std::to_string(r.tokens) + " tokens, and step " + std::to_string(u.step) +
+           " up to " + u.site + " (" + std::to_string(r.rows_checked) + " rows, " +
+           std::to_string(r.plans_checked) +
+           " plans in all): bit-exact; the rest needs --device cuda on the recording GPU "
+           "model\n";
     return out;
   }
   if (r.mismatch) {
@@ -756,6 +811,13 @@ std::string replay_report_json(const ReplayReport& r) {
                      {"expected", m.expected},   {"found", m.found}};
   } else {
     j["mismatch"] = nullptr;
+  }
+  if (r.unreproducible) {
+    const Unreproducible& u = *r.unreproducible;
+    j["unreproducible"] = {
+        {"step", u.step}, {"site", u.site}, {"plan", u.plan}, {"sites", u.sites}};
+  } else {
+    j["unreproducible"] = nullptr;
   }
   if (r.routing_mismatch) {
     const RoutingMismatch& m = *r.routing_mismatch;

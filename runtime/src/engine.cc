@@ -9,8 +9,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "device_forward.h"
 #include "engine_weights.h"
 #include "kv_cache.h"
+#include "step_batch.h"
 #include "llmrr/kernels/numerics.h"
 #include "llmrr/kernels/sample.h"
 
@@ -27,33 +29,6 @@ void bf16_round(float* p, int64_t rows, int64_t cols, int64_t ld) {
 }
 
 std::string step_str(int64_t step) { return "step " + std::to_string(step); }
-
-// One segment of the step that is computed.
-struct ActiveSeg {
-  BatchSegment seg;
-  RequestState* req = nullptr;          // null for score_prompt
-  std::vector<int32_t>* table = nullptr;
-  const int32_t* tokens = nullptr;      // the sequence's tokens (prompt then generated)
-  int64_t row0 = 0;                     // first computed row
-  int64_t orig_row0 = 0;                // its row in the recorded batch
-};
-
-struct StepBatch {
-  int64_t step = 0;
-  bool notify = true;
-  std::vector<BatchSegment> full;       // the whole batch (segments in row order)
-  std::vector<AttnSeq> attn_seqs;       // of the whole batch, for the policy
-  int64_t full_rows = 0;
-  int64_t full_sampled = 0;
-  bool identity = true;                 // computed rows == batch rows
-  std::vector<ActiveSeg> segs;
-  std::vector<BatchSegment> active_segments;
-  std::vector<int32_t> tokens, positions, orig, row_seg;
-  std::vector<int32_t> sampled;         // computed rows that produce logits
-  std::vector<int32_t> sampled_orig;
-  int64_t rows() const { return static_cast<int64_t>(tokens.size()); }
-  const int32_t* row_map() const { return identity ? nullptr : orig.data(); }
-};
 
 }  // namespace
 
@@ -104,6 +79,7 @@ struct Engine::Impl {
   std::vector<int32_t> src, emap, erows;
   Routing routing;
   Plan sliced;
+  std::unique_ptr<DeviceForward> device;  // set when the forward pass runs on a GPU
 
   Impl(EngineWeights weights, const EngineConfig& c, std::shared_ptr<Policy> p)
       : w(std::move(weights)),
@@ -143,6 +119,11 @@ struct Engine::Impl {
   Result<Plan> get_plan(const StepBatch& b, PlanQuery q) {
     q.step = b.step;
     ASSIGN_OR_RETURN(Plan p, policy->plan(q));
+    if (p.cublaslt) {
+      return make_error(ErrorCode::kUnsupported,
+                        step_str(b.step) + ", site " + site_name(q.site) + ": " +
+                            plan_to_string(p) + " is a tensor-core GEMM; only --device cuda runs it");
+    }
     std::string why = plan_check(p, q.op == OpKind::kCombine ? b.full_rows : 0,
                                  q.op == OpKind::kCombine ? q.top_k : 0);
     if (!why.empty()) {
@@ -571,6 +552,7 @@ struct Engine::Impl {
     }
     const int32_t* map = b.row_map();
     for (ActiveSeg& s : b.segs) kv.reserve(*s.table, s.seg.start + s.seg.count);
+    if (device) return device->forward(b, *policy, obs, &logits);
 
     w.embed(b.tokens.data(), R, x.data());
     plain_site(b, SiteId{SiteKind::kEmbed, -1, -1}, x.data(), H, R, H, map);
@@ -917,8 +899,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const LoadedModel& model,
   if (config.scoring) mc.scoring = *config.scoring;
   ASSIGN_OR_RETURN(EngineWeights weights, pack_weights(model, mc));
   if (!policy) policy = make_production_policy();
-  return std::unique_ptr<Engine>(
-      new Engine(std::make_unique<Impl>(std::move(weights), config, std::move(policy))));
+  auto impl = std::make_unique<Impl>(std::move(weights), config, std::move(policy));
+  if (config.device != Device::kCpu) {
+    RETURN_IF_ERROR(check_device(config.device));
+    ASSIGN_OR_RETURN(impl->device, make_device_forward(impl->w, config));
+    impl->kv.set_host_storage(false);  // the KV lives on the device; the host keeps the tables
+  }
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
 const ModelConfig& Engine::model_config() const { return impl_->w.cfg; }

@@ -19,6 +19,8 @@ class KvCache {
         per_layer_(static_cast<int64_t>(block_size) * kv_heads * head_dim) {}
 
   int32_t block_size() const { return block_size_; }
+  // false: allocate block ids only (a device forward keeps the blocks in device memory).
+  void set_host_storage(bool on) { host_storage_ = on; }
   int64_t row_floats() const { return row_; }
 
   // Grows `table` so that it covers `positions` positions.
@@ -51,12 +53,15 @@ class KvCache {
       free_.pop_back();
       return b;
     }
-    slabs_.push_back(std::make_unique<float[]>(static_cast<size_t>(2 * layers_ * per_layer_)));
+    slabs_.push_back(host_storage_ ? std::make_unique<float[]>(
+                                         static_cast<size_t>(2 * layers_ * per_layer_))
+                                   : nullptr);
     return static_cast<int32_t>(slabs_.size() - 1);
   }
 
   int32_t layers_, block_size_;
   int64_t row_, per_layer_;
+  bool host_storage_ = true;
   std::vector<std::unique_ptr<float[]>> slabs_;
   std::vector<int32_t> free_;
 };

@@ -28,7 +28,9 @@ void MemoryTrace::on_plan(int64_t step, SiteId site, const Plan& plan) {
 void MemoryTrace::on_rows(const RowsView& v) {
   for (int64_t r = 0; r < v.rows; ++r) {
     int64_t row = v.batch_rows ? v.batch_rows[r] : r;
-    hashes_[{v.step, v.site.packed(), row}] = hash_row(v.data + r * v.ld, v.cols);
+    // A device fingerprint's hash is the same xxh3-64 of the row's bytes.
+    hashes_[{v.step, v.site.packed(), row}] =
+        v.fingerprints ? v.fingerprints[r].hash : hash_row(v.data + r * v.ld, v.cols);
   }
 }
 

@@ -30,7 +30,8 @@ namespace llmrr::trace {
 // fields or frame kinds that an older reader may ignore (TRACE_VERSION discipline, as rr).
 inline constexpr uint16_t kFormatMajor = 1;
 // 1.1: KernelRecord gained kind, shared memory, bytes, copy_kind, device; Footer gained
-// kernel_records and dropped_records (CUPTI capture, recorder/cupti/).
+// kernel_records and dropped_records (CUPTI capture, recorder/cupti/); Plan gained cublaslt (the cuBLASLt algorithm
+// as the plan) and the run header's device its runtime and cuBLASLt versions.
 inline constexpr uint16_t kFormatMinor = 1;
 
 inline constexpr unsigned char kFileMagic[8] = {0x89, 'L', 'L', 'M', 'R', 'R', '\r', '\n'};

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,8 @@ struct DeviceInfo {
   std::string driver;
   int64_t memory_bytes = 0;
   int32_t sm_count = 0;  // physical; the virtual device is in EngineConfig
+  std::string runtime;   // CUDA runtime version ("" on the CPU)
+  std::string cublaslt;  // cuBLASLt version ("" on the CPU)
   bool operator==(const DeviceInfo&) const = default;
 };
 
@@ -126,6 +129,26 @@ struct RunHeader {
 // ---------------------------------------------------------------------------------------
 // Step records.
 
+// kernels/plan.h's CublasLtAlgo, field for field (cuBLASLt's enum values).
+struct CublasLtAlgoRecord {
+  int32_t algo_id = 0;
+  uint32_t tile = 0;
+  uint32_t stages = 0;
+  int32_t splitk = 1;
+  uint32_t reduction = 0;
+  uint32_t swizzle = 0;
+  uint32_t custom = 0;
+  uint16_t inner_shape = 0;
+  uint16_t cluster_shape = 0;
+  uint64_t workspace = 0;
+  int32_t compute_type = 0;
+  int32_t scale_type = 0;
+  int32_t a_type = 0;
+  int32_t b_type = 0;
+  int32_t c_type = 0;
+  bool operator==(const CublasLtAlgoRecord&) const = default;
+};
+
 // kernels/plan.h's Plan, field for field.
 struct PlanRecord {
   OpKind op = OpKind::kGemm;
@@ -136,6 +159,7 @@ struct PlanRecord {
   uint32_t split_size = 0;
   uint32_t k_tile = 0;
   std::vector<uint16_t> arrival;
+  std::optional<CublasLtAlgoRecord> cublaslt;  // a tensor-core GEMM run by cuBLASLt
   bool operator==(const PlanRecord&) const = default;
 };
 

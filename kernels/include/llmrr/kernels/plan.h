@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,34 @@ enum class CombineOrder : uint8_t {
 enum class SplitMode : uint8_t {
   kCount = 0,  // `splits` equal parts per row (FlashAttention num_splits)
   kSize = 1,   // parts of `split_size` positions, last one shorter (FlashInfer, batch-invariant)
+};
+
+// A cuBLASLt matmul algorithm, as cuBLASLt's heuristic picked it for one GEMM shape: the
+// plan of a fast-family (tensor-core) GEMM on CUDA. Tensor cores accumulate in an order no
+// field above can describe, so the plan *is* the algorithm: the same algorithm on the same
+// GPU model and cuBLASLt version gives the same bits, and replay re-creates it with
+// cublasLtMatmulAlgoInit + cublasLtMatmulAlgoConfigSetAttribute. Field values are
+// cuBLASLt's own (cublasLtMatmulAlgoConfigAttributes_t, cublasComputeType_t, cudaDataType);
+// kernels/cublaslt_plan.h converts and checks them without needing CUDA.
+struct CublasLtAlgo {
+  int32_t algo_id = 0;         // CUBLASLT_ALGO_CONFIG_ID
+  uint32_t tile = 0;           // CUBLASLT_ALGO_CONFIG_TILE_ID (cublasLtMatmulTile_t)
+  uint32_t stages = 0;         // CUBLASLT_ALGO_CONFIG_STAGES_ID (cublasLtMatmulStages_t)
+  int32_t splitk = 1;          // CUBLASLT_ALGO_CONFIG_SPLITK_NUM
+  uint32_t reduction = 0;      // CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME (cublasLtReductionScheme_t)
+  uint32_t swizzle = 0;        // CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING (0 or 1)
+  uint32_t custom = 0;         // CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION
+  uint16_t inner_shape = 0;    // CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID (cublasLtMatmulInnerShape_t)
+  uint16_t cluster_shape = 0;  // CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID (cublasLtClusterShape_t)
+  uint64_t workspace = 0;      // bytes of workspace the algorithm needs
+  // The matmul it was initialized for (cublasLtMatmulAlgoInit's arguments).
+  int32_t compute_type = 0;  // cublasComputeType_t, e.g. CUBLAS_COMPUTE_32F = 68
+  int32_t scale_type = 0;    // cudaDataType of alpha/beta, e.g. CUDA_R_32F = 0
+  int32_t a_type = 0;        // cudaDataType of A (activations), e.g. CUDA_R_16BF = 14
+  int32_t b_type = 0;        // of B (weights)
+  int32_t c_type = 0;        // of C and D (output)
+
+  bool operator==(const CublasLtAlgo&) const = default;
 };
 
 // One plan for one op at one site at one step.
@@ -83,6 +112,10 @@ struct Plan {
   // kArrival only. kGemm: permutation of 0..splits-1. kCombine: rows×k, one permutation of
   // 0..k-1 per row. Empty otherwise.
   std::vector<uint16_t> arrival;
+  // kGemm only: the GEMM runs through cuBLASLt with this algorithm instead of the exact
+  // order above (`splits` then mirrors its split-K count, for reports only). Only a CUDA
+  // engine can run such a plan; the CPU refuses it (see cublaslt_plan.h).
+  std::optional<CublasLtAlgo> cublaslt;
 
   bool operator==(const Plan&) const = default;
 };

@@ -22,6 +22,7 @@
 
 #include "llmrr/format/status.h"
 #include "llmrr/format/trace_reader.h"
+#include "llmrr/runtime/device.h"
 #include "llmrr/runtime/engine.h"
 #include "llmrr/runtime/model.h"
 #include "llmrr/runtime/site.h"
@@ -49,6 +50,11 @@ struct ReplayOptions {
   std::vector<MaterializeSpec> materialize;
   std::string out_dir;            // where materialized .npy files go
   int64_t last_step = INT64_MAX;  // stop after this step (tests, partial replays)
+  // Where to re-execute. kCpu replays a trace recorded on CUDA too: bit for bit when its
+  // plans are exact (exact / invariant policy); a fast-family trace (cuBLASLt plans) is
+  // checked up to its first tensor-core GEMM and the report says which sites the CPU
+  // cannot reproduce (`unreproducible`). kCuda needs a CUDA build and a GPU.
+  Device device = Device::kCpu;
   // Called after every replayed step.
   std::function<void(int64_t step, int64_t steps_done)> progress;
 };
@@ -63,6 +69,14 @@ struct Mismatch {
   std::string what;      // "fingerprint", "plan", "experts", "token", ...
   std::string expected;  // as recorded
   std::string found;     // as replayed
+};
+
+// GPU -> CPU replay of a fast-family trace: the first plan the CPU cannot run.
+struct Unreproducible {
+  int64_t step = -1;
+  std::string site;                // the first such site in forward order, e.g. "L0.attn.q"
+  std::string plan;                // its plan ("cuBLASLt algo 66, tile 21, ...")
+  std::vector<std::string> sites;  // every cuBLASLt site of that step, in forward order
 };
 
 struct ReplayReport {
@@ -85,7 +99,10 @@ struct ReplayReport {
   std::optional<Mismatch> mismatch;
   std::optional<RoutingMismatch> routing_mismatch;  // check_routing only
   std::vector<std::string> written;                 // materialized files
-  bool bit_exact() const { return !mismatch && !routing_mismatch; }
+  // Set when the replay stopped at a plan this device cannot run (everything before it
+  // was checked and matched, unless `mismatch` says otherwise).
+  std::optional<Unreproducible> unreproducible;
+  bool bit_exact() const { return !mismatch && !routing_mismatch && !unreproducible; }
 };
 
 // Replays a trace file. Errors (unreadable trace, model not found or not the recorded one —

@@ -49,6 +49,7 @@
 
 #include "llmrr/format/status.h"
 #include "llmrr/kernels/ops.h"
+#include "llmrr/runtime/device.h"
 #include "llmrr/runtime/model.h"
 #include "llmrr/runtime/moe_router.h"
 #include "llmrr/runtime/observer.h"
@@ -67,6 +68,10 @@ struct EngineConfig {
   std::optional<kernels::WeightType> weight_type;
   std::optional<bool> bf16_activations;
   std::optional<RouterScoring> scoring;
+  // Where the forward pass runs (device.h). kCuda: weights uploaded once, KV cache on the
+  // GPU, exact kernels for exact plans and cuBLASLt for the production policy's GEMMs;
+  // observers get rows as device fingerprints (RowsView::fingerprints). Dense models only.
+  Device device = Device::kCpu;
 };
 
 // Empty string when valid, else why not.

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "llmrr/format/fingerprint.h"
 #include "llmrr/kernels/plan.h"
 #include "llmrr/kernels/sample.h"
 #include "llmrr/runtime/site.h"
@@ -54,6 +55,10 @@ struct StepInfo {
 };
 
 // Rows of one site: row r of `data` is batch row batch_rows[r] (identity when null).
+// A device engine (EngineConfig::device) computes each row's fingerprint where the row
+// lives and hands over only those: `fingerprints` set (one per row, exactly
+// trace::fingerprint_row of the row) and `data` null. Observers that need the values
+// themselves run on the CPU engine.
 struct RowsView {
   int64_t step = 0;
   SiteId site;
@@ -62,6 +67,7 @@ struct RowsView {
   int64_t rows = 0;
   int64_t cols = 0;
   const int32_t* batch_rows = nullptr;
+  const trace::Fingerprint* fingerprints = nullptr;
 };
 
 enum class RouteOutcome : uint8_t { kKept = 0, kRerouted = 1, kDropped = 2 };
