@@ -719,9 +719,20 @@ void compare_request(const ReqSummary& ra, const ReqSummary& rb, RequestDiff* d)
   d->generated_a = ra.generated;
   d->generated_b = rb.generated;
   const int32_t L = d->prompt_len;
+  // Requests paired by id (--align ids, --request) may have different prompts: then the runs
+  // split at the input, at the first prompt token that differs.
+  const std::vector<int32_t>&pa = ra.rec.prompt, &pb = rb.rec.prompt;
+  if (pa != pb) {
+    size_t q = 0;
+    while (q < pa.size() && q < pb.size() && pa[q] == pb[q]) ++q;
+    d->visible_position = static_cast<int32_t>(q);
+    d->notes.push_back("the prompts differ from position " + std::to_string(q) + " (A " +
+                       std::to_string(pa.size()) + " tokens, B " + std::to_string(pb.size()) +
+                       "): the pair was made by id, and the runs split at the input");
+  }
   // Visible split: the first token position that differs.
   const int32_t nt = static_cast<int32_t>(std::min(ra.tokens.size(), rb.tokens.size()));
-  for (int32_t p = L; p < nt; ++p) {
+  for (int32_t p = L; p < nt && d->visible_position < 0; ++p) {
     if (ra.tokens[p] < 0 || rb.tokens[p] < 0) break;
     if (ra.tokens[p] != rb.tokens[p]) {
       d->visible_position = p;
@@ -1306,8 +1317,12 @@ std::string format_diff_story(const DiffReport& r, int max_explained) {
     }
     out += "\n" + who + ": ";
     if (d.verdict == Verdict::kVisible) {
-      out += "split at token " + std::to_string(d.visible_position - d.prompt_len) + " (position " +
-             std::to_string(d.visible_position) + ")";
+      if (d.visible_position < d.prompt_len) {
+        out += "split in the prompt (position " + std::to_string(d.visible_position) + ")";
+      } else {
+        out += "split at token " + std::to_string(d.visible_position - d.prompt_len) +
+               " (position " + std::to_string(d.visible_position) + ")";
+      }
       if (d.split_position >= 0 && d.split_position < d.visible_position - 1) {
         out += "; logits first differ at " + position_kind(d, d.split_position);
       }
@@ -1364,7 +1379,7 @@ std::string format_diff_story(const DiffReport& r, int max_explained) {
       }
       out += ".\n";
     }
-    if (d.verdict == Verdict::kVisible) {
+    if (d.verdict == Verdict::kVisible && d.visible_position >= d.prompt_len) {
       out += "  Token " + std::to_string(d.visible_position - d.prompt_len) + ": A " +
              d.token_a_text + " (margin " + g3(d.margin_a) + ") vs B " + d.token_b_text +
              " (margin " + g3(d.margin_b) + ").\n";

@@ -273,11 +273,14 @@ TEST(Pack, UnredactedRoundTripIsByteIdentical) {
   EXPECT_EQ(man["redacted"], false);
   EXPECT_EQ(man["traces"][0]["command_line"], "test");
   EXPECT_FALSE(man["tool_version"].get<std::string>().empty());
-  // diff takes the bundle of two traces as A and B.
+  // diff takes the bundle of two traces as A and B (their prompts differ: paired by id).
   std::string direct, packed;
-  int rc_direct = run_command(
-      rtest::llmrr_binary() + " diff --model none " + secret_trace() + " " + loaded.path, &direct);
-  int rc_packed = run_command(rtest::llmrr_binary() + " diff --model none " + bundle, &packed);
+  int rc_direct = run_command(rtest::llmrr_binary() + " diff --model none --align ids " +
+                                  secret_trace() + " " + loaded.path,
+                              &direct);
+  int rc_packed =
+      run_command(rtest::llmrr_binary() + " diff --model none --align ids " + bundle, &packed);
+  EXPECT_EQ(rc_direct, 1) << direct;
   EXPECT_EQ(rc_direct, rc_packed) << packed;
   EXPECT_FALSE(packed.empty());
   // Every line but the two header lines (they name the paths) is the same.

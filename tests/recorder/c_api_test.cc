@@ -586,7 +586,9 @@ std::string io_error_child(const std::string& path, int* first_error) {
     int rc = llmrr_recorder_begin_step(r, s, &seg, 1);
     for (int site = 0; site < 8 && rc == LLMRR_OK; ++site) {
       rows[0] = static_cast<float>(s * 8 + site);
-      std::string name = "L" + std::to_string(site) + ".out";
+      std::string name = "L";
+      name += std::to_string(site);
+      name += ".out";
       rc = llmrr_recorder_record_rows(r, name.c_str(), rows.data(), LLMRR_DTYPE_F32, 64, 64, 0,
                                       nullptr);
     }

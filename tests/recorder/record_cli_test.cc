@@ -386,7 +386,9 @@ TEST(RecordCli, ReferenceMakesARerunSmall) {
     CliResult ver = llmrr({"verify", c});
     EXPECT_EQ(ver.rc, 0) << ver.out << ver.err;
   }
-  if (has_command("inspect")) EXPECT_EQ(llmrr({"inspect", c}).rc, 0);
+  if (has_command("inspect")) {
+    EXPECT_EQ(llmrr({"inspect", c}).rc, 0);
+  }
 }
 
 }  // namespace

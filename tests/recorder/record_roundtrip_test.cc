@@ -212,7 +212,9 @@ void expect_trace_matches(const RecordedRun& run, trace::TraceReader& reader, Ca
       ASSERT_NE(row, nullptr);
       EXPECT_EQ(lr.batch_row, mt.batch_row_of(lr.request, lr.position));
       check_logits(lr, *row, top_k);
-      if (logits_mode == trace::LogitsMode::kTopK) EXPECT_EQ(lr.blob, -1);
+      if (logits_mode == trace::LogitsMode::kTopK) {
+        EXPECT_EQ(lr.blob, -1);
+      }
       ++logits_records;
     }
 
@@ -233,7 +235,9 @@ void expect_trace_matches(const RecordedRun& run, trace::TraceReader& reader, Ca
     }
   }
   EXPECT_GT(plans, 0);
-  if (level != CaptureLevel::kNone) EXPECT_GT(fingerprints, 0);
+  if (level != CaptureLevel::kNone) {
+    EXPECT_GT(fingerprints, 0);
+  }
   EXPECT_EQ(logits_records, reader.token_count());
 
   // Arrivals in the engine's order, field for field.

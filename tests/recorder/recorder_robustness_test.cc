@@ -169,7 +169,9 @@ TEST(RecorderRobustness, RefusedRecordStopsRecordingAndKeepsEarlierSteps) {
     t.token = 0;
     rec.on_token(t);
     rec.on_step_end(step);
-    if (step == 0) EXPECT_TRUE(rec.status().ok()) << rec.status().to_string();
+    if (step == 0) {
+      EXPECT_TRUE(rec.status().ok()) << rec.status().to_string();
+    }
   }
   EXPECT_FALSE(rec.status().ok());
   EXPECT_FALSE(rec.recording());
