@@ -15,17 +15,6 @@
 
 namespace {
 
-bool parse_id(const std::string& s, llmrr::RequestId* id) {
-  if (s.empty() || s.size() > 19) return false;
-  llmrr::RequestId v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<llmrr::RequestId>(c - '0');
-  }
-  *id = v;
-  return true;
-}
-
 // One line on stderr, redrawn at most ten times a second, erased at the end.
 class Bar {
  public:
@@ -91,17 +80,9 @@ int run_bisect_command(int argc, char** argv) {
       "request, unreadable trace), 3 internal error or a split no factor set explains.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (!request.empty()) {
-    RequestId ra = 0, rb = 0;
-    size_t colon = request.find(':');
-    bool ok = colon == std::string::npos ? parse_id(request, &ra) && parse_id(request, &rb)
-                                         : parse_id(request.substr(0, colon), &ra) &&
-                                               parse_id(request.substr(colon + 1), &rb);
-    if (!ok) {
-      return cli::report(
-          "bisect", make_error(ErrorCode::kInvalidArgument,
-                               "--request '" + request + "': expected R or RA:RB (request ids)"));
-    }
-    o.request = std::make_pair(ra, rb);
+    Result<std::pair<uint64_t, uint64_t>> pair = cli::parse_request_pair(request);
+    if (!pair.ok()) return cli::report("bisect", pair.status());
+    o.request = *pair;
   }
   if (o.jobs < 1 || o.jobs > 64) {
     return cli::report("bisect",

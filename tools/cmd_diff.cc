@@ -14,21 +14,6 @@
 #include "llmrr/replayer/diff.h"
 #include "llmrr/replayer/diff_kernels.h"
 
-namespace {
-
-bool parse_id(const std::string& s, llmrr::RequestId* id) {
-  if (s.empty() || s.size() > 19) return false;
-  llmrr::RequestId v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<llmrr::RequestId>(c - '0');
-  }
-  *id = v;
-  return true;
-}
-
-}  // namespace
-
 int run_diff_command(int argc, char** argv) {
   using namespace llmrr;
   CLI::App app{"Find where two runs split: the first token, the first layer and op, and why.",
@@ -63,17 +48,9 @@ int run_diff_command(int argc, char** argv) {
       "message says which alignment keys differed), 3 internal error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (!request.empty()) {
-    RequestId ra = 0, rb = 0;
-    size_t colon = request.find(':');
-    bool ok = colon == std::string::npos ? parse_id(request, &ra) && parse_id(request, &rb)
-                                         : parse_id(request.substr(0, colon), &ra) &&
-                                               parse_id(request.substr(colon + 1), &rb);
-    if (!ok) {
-      return cli::report(
-          "diff", make_error(ErrorCode::kInvalidArgument,
-                             "--request '" + request + "': expected R or RA:RB (request ids)"));
-    }
-    o.request = std::make_pair(ra, rb);
+    Result<std::pair<uint64_t, uint64_t>> pair = cli::parse_request_pair(request);
+    if (!pair.ok()) return cli::report("diff", pair.status());
+    o.request = *pair;
   }
   o.align = align == "ids"      ? replay::AlignBy::kIds
             : align == "prompt" ? replay::AlignBy::kPrompt

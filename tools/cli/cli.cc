@@ -85,4 +85,33 @@ bool parse_range(std::string_view text, int64_t* first, int64_t* last) {
   return *first <= *last;
 }
 
+namespace {
+
+bool parse_request_id(std::string_view s, uint64_t* id) {
+  if (s.empty() || s.size() > 19) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *id = v;
+  return true;
+}
+
+}  // namespace
+
+Result<std::pair<uint64_t, uint64_t>> parse_request_pair(const std::string& text) {
+  uint64_t a = 0, b = 0;
+  const size_t colon = text.find(':');
+  const bool ok = colon == std::string::npos
+                      ? parse_request_id(text, &a) && parse_request_id(text, &b)
+                      : parse_request_id(std::string_view(text).substr(0, colon), &a) &&
+                            parse_request_id(std::string_view(text).substr(colon + 1), &b);
+  if (!ok) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--request '" + text + "': expected R or RA:RB (request ids)");
+  }
+  return std::make_pair(a, b);
+}
+
 }  // namespace llmrr::cli

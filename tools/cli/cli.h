@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "llmrr/format/status.h"
 
@@ -36,6 +37,10 @@ void warn(std::string_view command, std::string_view text);
 
 // "0 B", "512 B", "1.5 KiB", "12.3 MiB", "2.0 GiB".
 std::string human_bytes(uint64_t bytes);
+
+// `--request R` (the same id in both traces) or `RA:RB` (A's id, B's id): request ids are
+// decimal, at most 19 digits. Errors name the option and the text.
+Result<std::pair<uint64_t, uint64_t>> parse_request_pair(const std::string& text);
 
 // "1.00", "12.3", "1234" — a ratio or average with 3 significant digits.
 std::string human_number(double v);
