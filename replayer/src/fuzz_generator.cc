@@ -6,24 +6,10 @@
 #include <vector>
 
 #include "llmrr/replayer/fuzz.h"
+#include "llmrr/runtime/splitmix.h"
 
 namespace llmrr::replay {
 namespace {
-
-// splitmix64: portable and well mixed, the same stream on every host (as runtime/load.cc).
-struct SplitMix {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  int64_t uniform(int64_t lo, int64_t hi) {  // inclusive
-    if (hi <= lo) return lo;
-    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-};
 
 constexpr int32_t kChunks[] = {0, 8, 16, 32, 64};
 constexpr double kFactors[] = {1.0, 1.25, 1.5, 2.0};
