@@ -154,6 +154,45 @@ TEST(QuantGemm, EqualsFp32WeightOfTheSameValues) {
   }
 }
 
+// The AVX-512 kernels decode binary16-scaled formats with fma(A, c, B) and 8-bit codes as
+// (A·2^-24)·(c·2^24), which equal the contract's A·float(c) then + B only because those
+// products are exact for every binary16 A: zero, subnormal and near-maximal scales included.
+TEST(QuantGemm, ExtremeBinary16ScalesKeepTheirBits) {
+  IsaGuard guard;
+  std::mt19937 rng(99);
+  const uint16_t kScales[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x0200, 0x0400, 0x7bff,
+                              0xfbff, 0x3c00, 0x1234, 0xb800};
+  for (const Format& f : kFormats) {
+    int64_t be = 0, bb = 0;
+    ASSERT_TRUE(ggml_quant_block(f.type, &be, &bb));
+    if (be != 32) continue;  // the legacy formats: binary16 d (and m)
+    const int64_t m = 3, n = 40, k = 96;
+    int64_t row_bytes = 0;
+    auto blocks = random_blocks(rng, f, n, k, &row_bytes);
+    for (int64_t blk = 0; blk < n * (k / be); ++blk)
+      for (int at : f.f16_at) {
+        const uint16_t h = kScales[rng() % std::size(kScales)];
+        std::memcpy(blocks.data() + blk * bb + at, &h, 2);
+      }
+    const PackedWeight w = pack_blocks(f, blocks, n, k, row_bytes);
+    const auto x = random_vec(rng, m * k);
+    for (const Plan& plan : {gemm_plan(1, 0), gemm_plan(2, 16)}) {
+      std::vector<float> want(m * n);
+      ref::gemm(x.data(), k, m, w, want.data(), n, plan);
+      for (Isa isa : all_isas()) {
+        set_isa(isa);
+        for (int64_t rows = 1; rows <= m; ++rows) {
+          std::vector<float> got(m * n);
+          gemm(x.data(), k, rows, w, got.data(), n, plan, *pools()[0]);
+          ASSERT_EQ(first_diff(got.data(), want.data(), rows * n), -1)
+              << f.name << " " << isa_name(isa) << " rows=" << rows << " "
+              << plan_to_string(plan);
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantGemm, EmbeddingFromPackedTable) {
   std::mt19937 rng(5);
   const Format& f = kFormats[4];  // Q8_0, the tied table of SmolLM2
