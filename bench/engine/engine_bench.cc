@@ -7,7 +7,9 @@
 // --threads 1 (default) rates are per CPU second of the benchmark thread; with more threads,
 // per wall-clock second.
 //
-//   engine_bench [--threads N] [--smollm2] [google benchmark flags]
+//   engine_bench [--threads N] [--smollm2] [--fp32-weights] [google benchmark flags]
+// --fp32-weights dequantizes GGUF weights at load (the old path) instead of keeping them
+// quantized, to compare the two on the same model.
 // e.g. engine_bench --threads 2 --benchmark_repetitions=5
 //        --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -31,12 +33,13 @@ namespace {
 using namespace llmrr;
 
 int g_threads = 1;
+bool g_keep_quantized = true;
 
 const LoadedModel* model(const std::string& spec) {
   static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
   auto& slot = cache[spec];
   if (!slot) {
-    auto m = load_model(spec, ModelLoadOptions{.keep_quantized = true});
+    auto m = load_model(spec, ModelLoadOptions{.keep_quantized = g_keep_quantized});
     if (!m.ok()) {
       std::fprintf(stderr, "engine_bench: %s\n", m.status().to_string().c_str());
       return nullptr;
@@ -188,6 +191,8 @@ int main(int argc, char** argv) {
       g_threads = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--smollm2") == 0) {
       smollm2 = true;
+    } else if (std::strcmp(argv[i], "--fp32-weights") == 0) {
+      g_keep_quantized = false;
     } else {
       args.push_back(argv[i]);
     }

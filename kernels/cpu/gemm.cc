@@ -60,6 +60,33 @@ PackedWeight PackedWeight::pack(const float* w, int64_t n, int64_t k, WeightType
   return out;
 }
 
+PackedWeight PackedWeight::pack_rows16(const uint16_t* const* rows, int64_t n, int64_t k,
+                                       WeightType type) {
+  PackedWeight out;
+  out.n_ = n;
+  out.k_ = k;
+  out.type_ = type;
+  out.s_ = std::make_unique<Storage>();
+  Storage& s = *out.s_;
+  s.panels = (n + kPanel - 1) / kPanel;
+  s.bytes = static_cast<size_t>(s.panels) * static_cast<size_t>(k) * kPanel * 2;
+  s.data = ::operator new(std::max<size_t>(s.bytes, 64), std::align_val_t(64));
+  std::memset(s.data, 0, std::max<size_t>(s.bytes, 64));
+  for (int64_t p = 0; p < s.panels; ++p) {
+    uint16_t* dst = static_cast<uint16_t*>(s.data) + p * k * kPanel;
+    const int64_t cols = std::min<int64_t>(kPanel, n - p * kPanel);
+    for (int64_t j = 0; j < cols; ++j) {
+      const uint16_t* src = rows[p * kPanel + j];
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const int64_t at = type == WeightType::kBF16 ? bf16_panel_index(kk, static_cast<int>(j))
+                                                     : kk * kPanel + j;
+        std::memcpy(dst + at, src + kk, 2);  // rows may be unaligned (file mappings)
+      }
+    }
+  }
+  return out;
+}
+
 size_t PackedWeight::bytes() const {
   return s_ ? s_->bytes : 0;
 }
@@ -71,6 +98,7 @@ float PackedWeight::at(int64_t n, int64_t k) const {
     return static_cast<const float*>(s_->data)[(p * k_ + k) * kPanel + j];
   }
   const uint16_t* panel = static_cast<const uint16_t*>(s_->data) + p * k_ * kPanel;
+  if (type_ == WeightType::kF16) return numerics::f16_to_f32(panel[k * kPanel + j]);
   return numerics::bf16_to_f32(panel[bf16_panel_index(k, static_cast<int>(j))]);
 }
 
@@ -78,20 +106,26 @@ float PackedWeight::at(int64_t n, int64_t k) const {
 
 namespace {
 
-template <int R, typename W>
+// Panel element kinds of the fp32-valued weights.
+enum Elem { kElemF32 = 0, kElemBf16 = 1, kElemF16 = 2 };
+
+template <int R, int kElem>
 void tile_scalar(const float* x, int64_t ldx, const void* panel, int64_t /*pstride*/, int64_t k0,
                  int64_t k1, float* t) {
   float acc[R][kPanel];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < kPanel; ++j) acc[r][j] = 0.0f;
-  const W* w = static_cast<const W*>(panel);
+  const float* wf = static_cast<const float*>(panel);
+  const uint16_t* wh = static_cast<const uint16_t*>(panel);
   for (int64_t k = k0; k < k1; ++k) {
     float wk[kPanel];
     for (int j = 0; j < kPanel; ++j) {
-      if constexpr (sizeof(W) == 4) {
-        wk[j] = w[k * kPanel + j];
+      if constexpr (kElem == kElemF32) {
+        wk[j] = wf[k * kPanel + j];
+      } else if constexpr (kElem == kElemBf16) {
+        wk[j] = numerics::bf16_to_f32(wh[bf16_panel_index(k, j)]);
       } else {
-        wk[j] = numerics::bf16_to_f32(w[bf16_panel_index(k, j)]);
+        wk[j] = numerics::f16_to_f32(wh[k * kPanel + j]);
       }
     }
     for (int r = 0; r < R; ++r) {
@@ -107,8 +141,9 @@ template <int... Rs>
 GemmKernels make_scalar(std::integer_sequence<int, Rs...>) {
   GemmKernels g;
   g.max_rows = 4;
-  ((g.f32[Rs + 1] = &tile_scalar<Rs + 1, float>), ...);
-  ((g.bf16[Rs + 1] = &tile_scalar<Rs + 1, uint16_t>), ...);
+  ((g.f32[Rs + 1] = &tile_scalar<Rs + 1, kElemF32>), ...);
+  ((g.bf16[Rs + 1] = &tile_scalar<Rs + 1, kElemBf16>), ...);
+  ((g.f16[Rs + 1] = &tile_scalar<Rs + 1, kElemF16>), ...);
   return g;
 }
 
@@ -125,8 +160,8 @@ namespace {
 
 // fp32, R ≤ 3 rows × one 32-column panel: 4R accumulators plus the panel row and a
 // broadcast fit the 16 ymm registers. (Two 16-column passes to fit more rows were measured
-// slower: each pass streams the panel again.)
-template <int R>
+// slower: each pass streams the panel again.) kF16: binary16 panels, widened exactly.
+template <int R, bool kF16>
 void tile_avx2(const float* x, int64_t ldx, const void* panel, int64_t /*pstride*/, int64_t k0,
                int64_t k1, float* t) {
   __m256 acc[R][4];
@@ -135,10 +170,17 @@ void tile_avx2(const float* x, int64_t ldx, const void* panel, int64_t /*pstride
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) acc[r][v] = _mm256_setzero_ps();
   for (int64_t k = k0; k < k1; ++k) {
-    const float* wk = static_cast<const float*>(panel) + k * kPanel;
     __m256 wv[4];
+    if constexpr (kF16) {
+      const uint16_t* wk = static_cast<const uint16_t*>(panel) + k * kPanel;
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) wv[v] = _mm256_load_ps(wk + 8 * v);
+      for (int v = 0; v < 4; ++v)
+        wv[v] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wk + 8 * v)));
+    } else {
+      const float* wk = static_cast<const float*>(panel) + k * kPanel;
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) wv[v] = _mm256_load_ps(wk + 8 * v);
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m256 b = _mm256_broadcast_ss(x + r * ldx + k);
@@ -192,7 +234,7 @@ void tile_avx2_bf16_halves(const float* x, int64_t ldx, const void* panel, int64
 
 // One row × two panels (64 columns, 8 accumulators): enough independent fma chains to
 // cover the fma latency when there is a single row.
-template <bool kBf16>
+template <int kElem>
 void tile_avx2_wide(const float* x, int64_t ldx, const void* panel, int64_t pstride, int64_t k0,
                     int64_t k1, float* t) {
   __m256 acc[8];
@@ -204,7 +246,12 @@ void tile_avx2_wide(const float* x, int64_t ldx, const void* panel, int64_t pstr
 #pragma GCC unroll 2
     for (int q = 0; q < 2; ++q) {
       __m256 w[4];
-      if constexpr (kBf16) {
+      if constexpr (kElem == kElemF16) {
+        const uint16_t* wk = static_cast<const uint16_t*>(panel) + q * pstride + k * kPanel;
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v)
+          w[v] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wk + 8 * v)));
+      } else if constexpr (kElem == kElemBf16) {
         const uint16_t* wk = static_cast<const uint16_t*>(panel) + q * pstride + k * kPanel;
         const __m256i l0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wk));
         const __m256i l1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wk + 16));
@@ -229,9 +276,12 @@ GemmKernels make_avx2() {
   GemmKernels g;
   g.max_rows = 3;
   g.max_rows_bf16 = 6;
-  g.f32[1] = &tile_avx2<1>;
-  g.f32[2] = &tile_avx2<2>;
-  g.f32[3] = &tile_avx2<3>;
+  g.f32[1] = &tile_avx2<1, false>;
+  g.f32[2] = &tile_avx2<2, false>;
+  g.f32[3] = &tile_avx2<3, false>;
+  g.f16[1] = &tile_avx2<1, true>;
+  g.f16[2] = &tile_avx2<2, true>;
+  g.f16[3] = &tile_avx2<3, true>;
   g.bf16[1] = &tile_avx2_bf16_halves<1>;
   g.bf16[2] = &tile_avx2_bf16_halves<2>;
   g.bf16[3] = &tile_avx2_bf16_halves<3>;
@@ -240,8 +290,9 @@ GemmKernels make_avx2() {
   g.bf16[6] = &tile_avx2_bf16_halves<6>;
   g.wide_panels = 2;
   g.wide_max_rows = 1;
-  g.f32_wide[1] = &tile_avx2_wide<false>;
-  g.bf16_wide[1] = &tile_avx2_wide<true>;
+  g.f32_wide[1] = &tile_avx2_wide<kElemF32>;
+  g.bf16_wide[1] = &tile_avx2_wide<kElemBf16>;
+  g.f16_wide[1] = &tile_avx2_wide<kElemF16>;
   return g;
 }
 
@@ -283,6 +334,7 @@ struct GemmJob {
   int64_t ldx, m;
   const PackedWeight::Storage* s;
   bool bf16;
+  bool f16;
   int64_t n, k;
   float* y;
   int64_t ldy;
@@ -304,9 +356,9 @@ void run_block(const GemmJob& j, int64_t r0, int rows, int64_t p, int np) {
   const int ldt = np * kPanel;
   const int cnt = rows * ldt;
   const float* x = j.x + r0 * j.ldx;
-  const void* panel = j.qkern ? nullptr
-                     : j.bf16  ? static_cast<const void*>(j.s->bf16_panel(p, j.k))
-                               : static_cast<const void*>(j.s->f32_panel(p, j.k));
+  const void* panel = j.qkern             ? nullptr
+                     : j.bf16 || j.f16 ? static_cast<const void*>(j.s->bf16_panel(p, j.k))
+                                       : static_cast<const void*>(j.s->f32_panel(p, j.k));
   const int64_t pstride = j.k * kPanel;
   TileFn fn = nullptr;
   QuantTileFn qfn = nullptr;
@@ -315,8 +367,9 @@ void run_block(const GemmJob& j, int64_t r0, int rows, int64_t p, int np) {
     qfn = j.qkern->fn[j.s->q.has_min][j.qkind][rows];
     qpanel = static_cast<const uint8_t*>(j.s->data) + p * j.s->q.panel_bytes;
   } else {
-    fn = np == 1 ? (j.bf16 ? j.kern->bf16[rows] : j.kern->f32[rows])
-                 : (j.bf16 ? j.kern->bf16_wide[rows] : j.kern->f32_wide[rows]);
+    const GemmKernels& g = *j.kern;
+    fn = np == 1 ? (j.bf16 ? g.bf16[rows] : j.f16 ? g.f16[rows] : g.f32[rows])
+                 : (j.bf16 ? g.bf16_wide[rows] : j.f16 ? g.f16_wide[rows] : g.f32_wide[rows]);
   }
   // One tile's sums over [k0, k1) into out, by whichever micro-kernel the weight needs.
   auto tile = [&](int64_t k0, int64_t k1, float* out) {
@@ -367,6 +420,7 @@ void gemm(const float* x, int64_t ldx, int64_t m, const PackedWeight& w, float* 
   j.m = m;
   j.s = &packed_storage(w);
   j.bf16 = w.type() == WeightType::kBF16;
+  j.f16 = w.type() == WeightType::kF16;
   j.n = n;
   j.k = k;
   j.y = y;

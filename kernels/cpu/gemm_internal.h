@@ -59,6 +59,7 @@ struct PackedWeight::Storage {
   const float* f32_panel(int64_t p, int64_t k) const {
     return static_cast<const float*>(data) + p * k * kPanel;
   }
+  // bf16 and f16 panels alike (16-bit elements).
   const uint16_t* bf16_panel(int64_t p, int64_t k) const {
     return static_cast<const uint16_t*>(data) + p * k * kPanel;
   }
@@ -94,12 +95,14 @@ struct GemmKernels {
   int max_rows_bf16 = 0;              // the same for bf16 weights when it differs (0: same)
   TileFn f32[kMaxTileRows + 1] = {};  // one panel, index = rows
   TileFn bf16[kMaxTileRows + 1] = {};
+  TileFn f16[kMaxTileRows + 1] = {};  // binary16 panels: the f32 layout with 16-bit elements
   // Several panels at once for few rows (GEMV-like shapes): more independent accumulators
   // per k than one 32-column panel offers. wide_panels = 0 when there is none.
   int wide_panels = 0;
   int wide_max_rows = 0;
   TileFn f32_wide[kMaxTileRows + 1] = {};
   TileFn bf16_wide[kMaxTileRows + 1] = {};
+  TileFn f16_wide[kMaxTileRows + 1] = {};
 };
 
 const GemmKernels& gemm_kernels_scalar();

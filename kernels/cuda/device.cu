@@ -119,8 +119,10 @@ Result<DeviceWeight> DeviceWeight::upload(const PackedWeight& w, Stream stream) 
   for (int64_t j = 0; j < w.n(); ++j) {
     for (int64_t kk = 0; kk < w.k(); ++kk) dense[j * w.k() + kk] = w.at(j, kk);
   }
-  // bf16 values round to themselves, so the device holds PackedWeight's exact values.
-  return upload(dense.data(), w.n(), w.k(), w.type(), stream);
+  // bf16 values round to themselves, so the device holds PackedWeight's exact values;
+  // quantized and binary16 weights are fp32 values (widened exactly) and go up as fp32.
+  const WeightType type = w.type() == WeightType::kBF16 ? WeightType::kBF16 : WeightType::kF32;
+  return upload(dense.data(), w.n(), w.k(), type, stream);
 }
 
 Result<DeviceRopeTable> DeviceRopeTable::upload(const RopeTable& table, Stream stream) {

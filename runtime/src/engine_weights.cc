@@ -5,6 +5,7 @@
 
 #include "llmrr/kernels/numerics.h"
 #include "llmrr/kernels/quant.h"
+#include "llmrr/runtime/gguf.h"
 #include "loaders/loader_util.h"
 
 namespace llmrr {
@@ -58,11 +59,22 @@ class Fetcher {
   }
 
   // A stored (quantized) tensor stays quantized when the weights compute as fp32: its packed
-  // values are exactly the dequantized ones (kernels/quant.h). Under a bf16 override it is
-  // dequantized and rounded like any fp32 tensor.
+  // values are exactly the dequantized ones (kernels/quant.h). F16 and BF16 tensors stay
+  // 16-bit (BF16 also under bf16 weights), widened exactly inside the GEMM. Under a bf16
+  // override anything else is dequantized and rounded like any fp32 tensor.
   Status pack(const HostTensor& t, int64_t n, int64_t k, kernels::PackedWeight* out) const {
     if (!t.stored) {
       *out = kernels::PackedWeight::pack(t.data.data(), n, k, type_);
+      return Status::Ok();
+    }
+    const uint32_t gt = t.stored->ggml_type;
+    const bool f16 = gt == static_cast<uint32_t>(GgmlType::kF16) && type_ == kernels::WeightType::kF32;
+    const bool bf16 = gt == static_cast<uint32_t>(GgmlType::kBF16);
+    if (f16 || bf16) {
+      *out = kernels::PackedWeight::pack_rows16(
+          reinterpret_cast<const uint16_t* const*>(t.stored->rows.data()), n, k,
+          f16 ? kernels::WeightType::kF16 : kernels::WeightType::kBF16);
+      loaders::release_pages(t.stored->first, t.stored->bytes);
       return Status::Ok();
     }
     int64_t be = 0, bb = 0;

@@ -266,12 +266,22 @@ std::vector<int64_t> reverse_permute_rows(int64_t rows, int64_t n_head) {
   return src_of;
 }
 
-// A quantized 2-D (or stacked 3-D) weight kept as stored: row pointers into the mapping.
+// Types the engine computes with as stored (keep_quantized): the ggml block formats, and
+// F16 / BF16, which its GEMM widens exactly (PackedWeight::pack_rows16).
+bool kept_as_stored(uint32_t type, int64_t cols) {
+  int64_t be = 0, bb = 0;
+  if (type == static_cast<uint32_t>(GgmlType::kF16) || type == static_cast<uint32_t>(GgmlType::kBF16))
+    return true;
+  return kernels::ggml_quant_block(type, &be, &bb) && cols % be == 0;
+}
+
+// A quantized or 16-bit 2-D (or stacked 3-D) weight kept as stored: row pointers into the
+// mapping.
 std::shared_ptr<const StoredTensor> stored_rows(const GgufTensorInfo& t, const uint8_t* data,
                                                 int64_t first_row, int64_t rows, int64_t cols,
                                                 const std::vector<int64_t>* order) {
-  int64_t be = 0, bb = 0;
-  kernels::ggml_quant_block(t.type, &be, &bb);
+  int64_t be = 1, bb = 0;
+  ggml_type_layout(t.type, &be, &bb);
   const uint64_t row_bytes = static_cast<uint64_t>(cols / be * bb);
   auto st = std::make_shared<StoredTensor>();
   st->ggml_type = t.type;
@@ -317,10 +327,9 @@ Result<LoadedModel> load_gguf(const std::string& path, const ModelLoadOptions& o
                             "not implement)");
     HostTensor ht;
     ht.shape = hf_shape(*t);
-    int64_t qbe = 0, qbb = 0;
     if (options.keep_quantized && (t->ne.size() == 2 || t->ne.size() == 3) && !m.expand_row &&
-        kernels::ggml_quant_block(t->type, &qbe, &qbb) && t->ne[0] % qbe == 0) {
-      ++other;
+        kept_as_stored(t->type, t->ne[0])) {
+      (t->type == static_cast<uint32_t>(GgmlType::kBF16) ? bf16 : other)++;
       const int64_t cols = ht.shape.back();
       const uint8_t* data = f.tensor_data(*t);
       if (!m.expert_fmt.empty()) {

@@ -18,9 +18,10 @@
 
 namespace llmrr::kernels {
 
-// kQuant: ggml block formats kept quantized (quant.h); only ever the storage of one
-// PackedWeight, never a model-wide weight type.
-enum class WeightType : uint8_t { kF32 = 0, kBF16 = 1, kQuant = 2 };
+// kQuant: ggml block formats kept quantized (quant.h); kF16: IEEE binary16 weights (GGUF
+// F16) kept as stored. Both are only ever the storage of one PackedWeight, never a
+// model-wide weight type: their values widen exactly to fp32, so they compute as kF32.
+enum class WeightType : uint8_t { kF32 = 0, kBF16 = 1, kQuant = 2, kF16 = 3 };
 
 // A linear layer's weight, logically W[N, K] (out × in, the PyTorch Linear layout), stored
 // K-major (Wᵀ, N contiguous, padded as the micro-kernels like) so that the GEMV and the GEMM
@@ -35,6 +36,11 @@ class PackedWeight {
   // w: row-major [n, k] fp32. kBF16 rounds each value to bf16 (round to nearest even), so a
   // bf16 checkpoint widened to fp32 and packed as kBF16 keeps its exact values.
   static PackedWeight pack(const float* w, int64_t n, int64_t k, WeightType type);
+  // 16-bit weights kept as stored: row i (output i) is the k values at rows[i], binary16
+  // bits for kF16, bfloat16 bits for kBF16. Each value widens exactly to fp32, so gemm gives
+  // the bits of pack() on the widened rows (with kF32 or kBF16: the same values).
+  static PackedWeight pack_rows16(const uint16_t* const* rows, int64_t n, int64_t k,
+                                  WeightType type);
 
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }

@@ -101,7 +101,7 @@ class GgufFile {
 // or "qwen2moe"; every tensor dequantized to fp32 in HF names and shapes, with llama.cpp's
 // Q/K row permutation undone for llama exactly as transformers' LlamaTensorProcessor does.
 // The tokenizer comes from tokenizer.ggml.* (model "gpt2": byte-level BPE).
-// With options.keep_quantized, block-quantized 2-D weights stay as stored (HostTensor::stored,
+// With options.keep_quantized, block-quantized and F16/BF16 2-D weights stay as stored (HostTensor::stored,
 // Q/K rows permuted by row pointers, stacked experts sliced) and the mapping stays open in
 // LoadedModel::storage; their pages are released after hashing and re-read when packed.
 Result<LoadedModel> load_gguf(const std::string& path, const ModelLoadOptions& options = {});

@@ -107,8 +107,8 @@ struct LoadedModel {
 };
 
 struct ModelLoadOptions {
-  // GGUF: keep block-quantized 2-D weights (Q4_0/1, Q5_0/1, Q8_0, Q2_K..Q6_K, Q8_K) as
-  // stored (HostTensor::stored) instead of dequantizing them to fp32. The engine computes
+  // GGUF: keep block-quantized 2-D weights (Q4_0/1, Q5_0/1, Q8_0, Q2_K..Q6_K, Q8_K) and
+  // F16 / BF16 ones as stored (HostTensor::stored) instead of converting them to fp32. The engine computes
   // the same bits either way; this only saves the memory (and time) of the fp32 copy.
   // Other sources ignore it.
   bool keep_quantized = false;
