@@ -29,19 +29,19 @@ const PackedWeight::Storage& packed_storage(const PackedWeight& w) {
   return *w.s_;
 }
 
-PackedWeight PackedWeight::pack(const float* w, int64_t n, int64_t k, WeightType type) {
-  PackedWeight out;
-  out.n_ = n;
-  out.k_ = k;
-  out.type_ = type;
-  out.s_ = std::make_unique<Storage>();
-  Storage& s = *out.s_;
+// Zeroed, 64-byte aligned panels for n × k weights of esize bytes each.
+PackedWeight::PackedWeight(int64_t n, int64_t k, WeightType type, size_t esize)
+    : n_(n), k_(k), type_(type), s_(std::make_unique<Storage>()) {
+  Storage& s = *s_;
   s.panels = (n + kPanel - 1) / kPanel;
-  const size_t elems = static_cast<size_t>(s.panels) * static_cast<size_t>(k) * kPanel;
-  const size_t esize = type == WeightType::kF32 ? 4 : 2;
-  s.bytes = elems * esize;
+  s.bytes = static_cast<size_t>(s.panels) * static_cast<size_t>(k) * kPanel * esize;
   s.data = ::operator new(std::max<size_t>(s.bytes, 64), std::align_val_t(64));
   std::memset(s.data, 0, std::max<size_t>(s.bytes, 64));
+}
+
+PackedWeight PackedWeight::pack(const float* w, int64_t n, int64_t k, WeightType type) {
+  PackedWeight out(n, k, type, type == WeightType::kF32 ? 4 : 2);
+  Storage& s = *out.s_;
   for (int64_t p = 0; p < s.panels; ++p) {
     const int64_t cols = std::min<int64_t>(kPanel, n - p * kPanel);
     for (int64_t j = 0; j < cols; ++j) {
@@ -62,16 +62,8 @@ PackedWeight PackedWeight::pack(const float* w, int64_t n, int64_t k, WeightType
 
 PackedWeight PackedWeight::pack_rows16(const uint16_t* const* rows, int64_t n, int64_t k,
                                        WeightType type) {
-  PackedWeight out;
-  out.n_ = n;
-  out.k_ = k;
-  out.type_ = type;
-  out.s_ = std::make_unique<Storage>();
+  PackedWeight out(n, k, type, 2);
   Storage& s = *out.s_;
-  s.panels = (n + kPanel - 1) / kPanel;
-  s.bytes = static_cast<size_t>(s.panels) * static_cast<size_t>(k) * kPanel * 2;
-  s.data = ::operator new(std::max<size_t>(s.bytes, 64), std::align_val_t(64));
-  std::memset(s.data, 0, std::max<size_t>(s.bytes, 64));
   for (int64_t p = 0; p < s.panels; ++p) {
     uint16_t* dst = static_cast<uint16_t*>(s.data) + p * k * kPanel;
     const int64_t cols = std::min<int64_t>(kPanel, n - p * kPanel);

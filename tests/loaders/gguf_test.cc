@@ -13,17 +13,8 @@ namespace {
 // values encode (tensor index, element index) so that mapping mistakes show.
 GgufBuilder tiny_llama(bool with_output = true) {
   GgufBuilder b;
-  b.kv_str("general.architecture", "llama");
-  b.kv_u32("general.alignment", 32);
-  b.kv_u32("llama.context_length", 64);
-  b.kv_u32("llama.embedding_length", 8);
-  b.kv_u32("llama.block_count", 1);
-  b.kv_u32("llama.feed_forward_length", 8);
-  b.kv_u32("llama.attention.head_count", 2);
-  b.kv_u32("llama.attention.head_count_kv", 1);
-  b.kv_f32("llama.rope.freq_base", 500000.0f);
-  b.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-6f);
-  b.kv_u32("llama.vocab_size", 6);
+  put_llama_kv(b, {.hidden = 8, .layers = 1, .ffn = 8, .heads = 2, .kv_heads = 1, .vocab = 6,
+                   .rope_base = 500000.0f, .eps = 1e-6f});
   int k = 0;
   auto f = [&](const std::string& name, std::vector<uint64_t> ne) {
     const float base = static_cast<float>(++k) * 1000.0f;

@@ -19,17 +19,8 @@ namespace {
 // of ggml type `type` (1 F16, 30 BF16) with random finite values of moderate size.
 std::string tiny_llama_16bit(uint32_t type, uint32_t seed) {
   GgufBuilder b;
-  b.kv_str("general.architecture", "llama");
-  b.kv_u32("general.alignment", 32);
-  b.kv_u32("llama.context_length", 64);
-  b.kv_u32("llama.embedding_length", 64);
-  b.kv_u32("llama.block_count", 2);
-  b.kv_u32("llama.feed_forward_length", 96);
-  b.kv_u32("llama.attention.head_count", 4);
-  b.kv_u32("llama.attention.head_count_kv", 2);
-  b.kv_f32("llama.rope.freq_base", 10000.0f);
-  b.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  b.kv_u32("llama.vocab_size", 40);
+  put_llama_kv(b, {.hidden = 64, .layers = 2, .ffn = 96, .heads = 4, .kv_heads = 2, .vocab = 40,
+                   .rope_base = 10000.0f, .eps = 1e-5f});
   std::mt19937 rng(seed);
   auto matrix = [&](const std::string& name, uint64_t in, uint64_t out) {
     GgufBuilder::Tensor t{name, {in, out}, type, {}};

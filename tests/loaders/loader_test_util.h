@@ -133,4 +133,23 @@ struct GgufBuilder {
   }
 };
 
+// The llama.* metadata of a Llama GGUF (context 64, alignment 32).
+struct LlamaDims {
+  uint32_t hidden, layers, ffn, heads, kv_heads, vocab;
+  float rope_base, eps;
+};
+inline void put_llama_kv(GgufBuilder& b, const LlamaDims& d) {
+  b.kv_str("general.architecture", "llama");
+  b.kv_u32("general.alignment", 32);
+  b.kv_u32("llama.context_length", 64);
+  b.kv_u32("llama.embedding_length", d.hidden);
+  b.kv_u32("llama.block_count", d.layers);
+  b.kv_u32("llama.feed_forward_length", d.ffn);
+  b.kv_u32("llama.attention.head_count", d.heads);
+  b.kv_u32("llama.attention.head_count_kv", d.kv_heads);
+  b.kv_f32("llama.rope.freq_base", d.rope_base);
+  b.kv_f32("llama.attention.layer_norm_rms_epsilon", d.eps);
+  b.kv_u32("llama.vocab_size", d.vocab);
+}
+
 }  // namespace llmrr

@@ -52,6 +52,7 @@ class PackedWeight {
   struct Storage;  // layout is private to kernels/cpu/gemm*.cc
 
  private:
+  PackedWeight(int64_t n, int64_t k, WeightType type, size_t esize);  // zeroed panels
   int64_t n_ = 0, k_ = 0;
   WeightType type_ = WeightType::kF32;
   std::unique_ptr<Storage> s_;
