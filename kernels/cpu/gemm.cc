@@ -444,6 +444,11 @@ void gemm(const float* x, int64_t ldx, int64_t m, const PackedWeight& w, float* 
   // Tasks: groups of panels × groups of row tiles. Any grouping gives the same bits.
   const int64_t threads = pool.size();
   int64_t panel_group = std::max<int64_t>(1, panels / (threads * 4));
+  // Equal shares: a group count that is no multiple of the thread count leaves threads idle
+  // at the end of every call (9 groups of 2 panels on 2 threads: 5 against 4), which the
+  // small GEMVs of a decode step feel. So smaller groups until the count divides (or 1).
+  while (panel_group > 1 && ((panels + panel_group - 1) / panel_group) % threads != 0)
+    --panel_group;
   if (wide > 1) panel_group = (panel_group + wide - 1) / wide * wide;
   const int64_t ngroups = (panels + panel_group - 1) / panel_group;
   int64_t tile_group = tiles;
