@@ -8,7 +8,8 @@
 //
 // bf16 panels interleave the two halves of a 32-column row inside 32-bit words: word i holds
 // column i in its low half and column 16 + i in its high half, so widening to fp32 is one
-// shift (low) or one mask (high) per vector, with no shuffles.
+// shift (low) or one mask (high) per vector, with no shuffles. f16 (binary16) panels keep
+// the fp32 order with 16-bit elements: one vcvtph2ps widens 8 or 16 columns exactly.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +53,7 @@ struct QuantLayout {
 
 struct PackedWeight::Storage {
   int64_t panels = 0;
-  void* data = nullptr;  // 64-byte aligned; float or uint16_t (bf16) elements, or quant groups
+  void* data = nullptr;  // 64-byte aligned; fp32, bf16 or f16 elements, or quant groups
   size_t bytes = 0;
   QuantLayout q;         // kQuant only
   ~Storage();

@@ -68,7 +68,8 @@ class Fetcher {
       return Status::Ok();
     }
     const uint32_t gt = t.stored->ggml_type;
-    const bool f16 = gt == static_cast<uint32_t>(GgmlType::kF16) && type_ == kernels::WeightType::kF32;
+    const bool f16 =
+        gt == static_cast<uint32_t>(GgmlType::kF16) && type_ == kernels::WeightType::kF32;
     const bool bf16 = gt == static_cast<uint32_t>(GgmlType::kBF16);
     if (f16 || bf16) {
       *out = kernels::PackedWeight::pack_rows16(

@@ -270,7 +270,8 @@ std::vector<int64_t> reverse_permute_rows(int64_t rows, int64_t n_head) {
 // F16 / BF16, which its GEMM widens exactly (PackedWeight::pack_rows16).
 bool kept_as_stored(uint32_t type, int64_t cols) {
   int64_t be = 0, bb = 0;
-  if (type == static_cast<uint32_t>(GgmlType::kF16) || type == static_cast<uint32_t>(GgmlType::kBF16))
+  if (type == static_cast<uint32_t>(GgmlType::kF16) ||
+      type == static_cast<uint32_t>(GgmlType::kBF16))
     return true;
   return kernels::ggml_quant_block(type, &be, &bb) && cols % be == 0;
 }
