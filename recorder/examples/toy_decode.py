@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """toy_decode.py: a tiny numpy "runtime" that records its decoding loop through the llmrr C ABI
-(libllmrr_recorder_c.so, loaded with ctypes).
+(libllmrr_recorder_c.so, loaded with ctypes; the declarations are python/llmrr/_lib.py's).
 
     LLMRR_RECORDER_LIB=build/default/recorder/libllmrr_recorder_c.so \
         python3 recorder/examples/toy_decode.py OUT.trace [--splits N] [--bf16-site]
@@ -24,123 +24,23 @@ except ImportError:  # ctest treats 77 as "skipped"
     sys.exit(77)
 
 # ---- the C ABI (llmrr/recorder.h) -------------------------------------------------------
+# Its ctypes declarations are the llmrr Python package's (python/llmrr/_lib.py), taken from this
+# checkout when the script runs from one, else from an installed package.
 
-LLMRR_OK = 0
-DTYPE_F32, DTYPE_BF16, DTYPE_F16 = 0, 1, 2
-CAPTURE_NONE, CAPTURE_LAYERS, CAPTURE_ALL = 0, 1, 2
-LOGITS_TOPK, LOGITS_FULL = 0, 1
-OP_GEMM = 0
-SEGMENT_PREFILL, SEGMENT_DECODE = 0, 1
-FINISH_EOS, FINISH_MAX_TOKENS = 0, 1
+_CHECKOUT_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+if os.path.isfile(os.path.join(_CHECKOUT_PYTHON, "llmrr", "_lib.py")):
+    sys.path.insert(0, os.path.normpath(_CHECKOUT_PYTHON))
+from llmrr import _lib  # noqa: E402
+from llmrr._lib import (DTYPE_F16, DTYPE_F32, FINISH_MAX_TOKENS, OP_GEMM,  # noqa: E402
+                        SEGMENT_DECODE, SEGMENT_PREFILL, Config, Plan, Request, Segment)
 
-
-class Config(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_uint32),
-        ("tool_version", ctypes.c_char_p),
-        ("model_name", ctypes.c_char_p),
-        ("model_path", ctypes.c_char_p),
-        ("architecture", ctypes.c_char_p),
-        ("weight_hash", ctypes.c_char_p),
-        ("weight_dtype", ctypes.c_char_p),
-        ("compute_dtype", ctypes.c_char_p),
-        ("layers", ctypes.c_int32),
-        ("hidden", ctypes.c_int32),
-        ("vocab", ctypes.c_int32),
-        ("heads", ctypes.c_int32),
-        ("kv_heads", ctypes.c_int32),
-        ("experts", ctypes.c_int32),
-        ("experts_per_token", ctypes.c_int32),
-        ("policy", ctypes.c_char_p),
-        ("threads", ctypes.c_int32),
-        ("seed", ctypes.c_uint64),
-        ("capture", ctypes.c_int32),
-        ("logits_mode", ctypes.c_int32),
-        ("top_k", ctypes.c_int32),
-        ("zstd_level", ctypes.c_int32),
-        ("extra_config_json", ctypes.c_char_p),
-        ("command_line", ctypes.c_char_p),
-        ("device_name", ctypes.c_char_p),
-        ("device_kind", ctypes.c_char_p),
-    ]
-
-
-class Request(ctypes.Structure):
-    _fields_ = [
-        ("id", ctypes.c_uint64),
-        ("prompt", ctypes.POINTER(ctypes.c_int32)),
-        ("prompt_len", ctypes.c_size_t),
-        ("temperature", ctypes.c_float),
-        ("top_k", ctypes.c_int32),
-        ("top_p", ctypes.c_float),
-        ("seed", ctypes.c_uint64),
-        ("max_tokens", ctypes.c_int32),
-        ("arrival_step", ctypes.c_int64),
-        ("stop_at_eos", ctypes.c_int32),
-        ("label", ctypes.c_char_p),
-    ]
-
-
-class Segment(ctypes.Structure):
-    _fields_ = [
-        ("request", ctypes.c_uint64),
-        ("start", ctypes.c_int32),
-        ("count", ctypes.c_int32),
-        ("cached", ctypes.c_int32),
-        ("kind", ctypes.c_int32),
-        ("sample", ctypes.c_int32),
-    ]
-
-
-class Plan(ctypes.Structure):
-    _fields_ = [
-        ("op", ctypes.c_int32),
-        ("mode", ctypes.c_int32),
-        ("order", ctypes.c_int32),
-        ("separate_new_kv", ctypes.c_int32),
-        ("splits", ctypes.c_uint32),
-        ("split_size", ctypes.c_uint32),
-        ("k_tile", ctypes.c_uint32),
-        ("arrival", ctypes.POINTER(ctypes.c_uint16)),
-        ("arrival_len", ctypes.c_size_t),
-    ]
+CAPTURE_ALL = _lib.CAPTURE["all"]
+LOGITS_TOPK = _lib.LOGITS["topk"]
 
 
 def load_library():
-    path = os.environ.get("LLMRR_RECORDER_LIB", "libllmrr_recorder_c.so")
-    lib = ctypes.CDLL(path)
-    h = ctypes.c_void_p
-    sig = {
-        "llmrr_recorder_config_init": (None, [ctypes.POINTER(Config)]),
-        "llmrr_recorder_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(Config),
-                                               ctypes.POINTER(h)]),
-        "llmrr_recorder_close": (ctypes.c_int, [h]),
-        "llmrr_recorder_add_request": (ctypes.c_int, [h, ctypes.POINTER(Request)]),
-        "llmrr_recorder_begin_step": (ctypes.c_int, [h, ctypes.c_int64, ctypes.POINTER(Segment),
-                                                     ctypes.c_size_t]),
-        "llmrr_recorder_record_plan": (ctypes.c_int, [h, ctypes.c_char_p, ctypes.POINTER(Plan)]),
-        "llmrr_recorder_wants_rows": (ctypes.c_int, [h, ctypes.c_char_p]),
-        "llmrr_recorder_record_rows": (ctypes.c_int, [h, ctypes.c_char_p, ctypes.c_void_p,
-                                                      ctypes.c_int32, ctypes.c_int64,
-                                                      ctypes.c_int64, ctypes.c_int64,
-                                                      ctypes.c_void_p]),
-        "llmrr_recorder_record_logits": (ctypes.c_int, [h, ctypes.c_uint64, ctypes.c_int32,
-                                                        ctypes.c_int64, ctypes.c_void_p,
-                                                        ctypes.c_int32, ctypes.c_int64]),
-        "llmrr_recorder_record_token": (ctypes.c_int, [h, ctypes.c_uint64, ctypes.c_int32,
-                                                       ctypes.c_int32, ctypes.c_double]),
-        "llmrr_recorder_record_finish": (ctypes.c_int, [h, ctypes.c_uint64, ctypes.c_int32,
-                                                        ctypes.c_int32]),
-        "llmrr_recorder_end_step": (ctypes.c_int, [h]),
-        "llmrr_recorder_last_error": (ctypes.c_char_p, []),
-        "llmrr_error_name": (ctypes.c_char_p, [ctypes.c_int]),
-        "llmrr_recorder_abi_version": (ctypes.c_int, []),
-    }
-    for name, (res, args) in sig.items():
-        fn = getattr(lib, name)
-        fn.restype = res
-        fn.argtypes = args
-    return lib
+    """The recorder library with its declarations ($LLMRR_RECORDER_LIB, else the build tree)."""
+    return _lib.lib()
 
 
 class Recorder:
@@ -157,7 +57,7 @@ class Recorder:
                                             ctypes.byref(self.handle)), "open")
 
     def _check(self, rc, what):
-        if rc != LLMRR_OK:
+        if rc != _lib.OK:
             raise RuntimeError("%s: %s (%d): %s" % (what, self.lib.llmrr_error_name(rc).decode(), rc,
                                                     self.lib.llmrr_recorder_last_error().decode()))
 
@@ -250,7 +150,7 @@ def main(argv):
 
     try:
         lib = load_library()
-    except OSError as e:
+    except (OSError, _lib.LlmrrError) as e:
         print("toy_decode.py: cannot load the recorder library: %s (set LLMRR_RECORDER_LIB)" % e,
               file=sys.stderr)
         return 1

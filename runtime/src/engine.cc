@@ -142,15 +142,7 @@ struct Engine::Impl {
                    int64_t plan_m, const PackedWeight& wt, float* y, int64_t ldy,
                    const std::vector<float>* bias, bool expert, const int32_t* row_map) {
     uint64_t mask = ask(b, site);
-    PlanQuery pq;
-    pq.site = site;
-    pq.op = OpKind::kGemm;
-    pq.rows = plan_m;
-    pq.n = wt.n();
-    pq.k = wt.k();
-    pq.batch_rows = b.full_rows;
-    pq.expert = expert;
-    ASSIGN_OR_RETURN(Plan p, get_plan(b, pq));
+    ASSIGN_OR_RETURN(Plan p, get_plan(b, gemm_plan_query(b, site, plan_m, wt.n(), wt.k(), expert)));
     kernels::gemm(xin, ldx, m, wt, y, ldy, p, *pool);
     const int64_t n = wt.n();
     if (bias && !bias->empty()) {
@@ -169,13 +161,7 @@ struct Engine::Impl {
                    const int32_t* row_map) {
     const int64_t H = w.cfg.hidden;
     uint64_t mask = ask(b, site);
-    PlanQuery pq;
-    pq.site = site;
-    pq.op = OpKind::kRmsNorm;
-    pq.rows = plan_rows;
-    pq.k = H;
-    pq.batch_rows = b.full_rows;
-    ASSIGN_OR_RETURN(Plan p, get_plan(b, pq));
+    ASSIGN_OR_RETURN(Plan p, get_plan(b, norm_plan_query(b, site, plan_rows, H)));
     kernels::rmsnorm(xin, H, rows, H, weight.data(), w.cfg.norm_eps, y, H, p, *pool);
     if (w.cfg.bf16_activations) bf16_round(y, rows, H, H);
     emit(mask, b, site, y, H, rows, H, row_map);
@@ -253,17 +239,7 @@ struct Engine::Impl {
     {
       SiteId st = site(SiteKind::kAttn);
       uint64_t mask = ask(b, st);
-      PlanQuery pq;
-      pq.site = st;
-      pq.op = OpKind::kAttention;
-      pq.rows = b.full_rows;
-      pq.k = D;
-      pq.batch_rows = b.full_rows;
-      pq.seqs = b.attn_seqs;
-      pq.heads = c.heads;
-      pq.kv_heads = c.kv_heads;
-      pq.block_size = kv.block_size();
-      ASSIGN_OR_RETURN(Plan p, get_plan(b, pq));
+      ASSIGN_OR_RETURN(Plan p, get_plan(b, attention_plan_query(b, c, st, kv.block_size())));
       kernels::AttnShape shape;
       shape.heads = c.heads;
       shape.kv_heads = c.kv_heads;
@@ -501,13 +477,7 @@ struct Engine::Impl {
     {
       SiteId st = site(SiteKind::kCombine);
       uint64_t mask = ask(b, st);
-      PlanQuery pq;
-      pq.site = st;
-      pq.op = OpKind::kCombine;
-      pq.rows = b.full_rows;
-      pq.batch_rows = b.full_rows;
-      pq.top_k = K;
-      ASSIGN_OR_RETURN(Plan p, get_plan(b, pq));
+      ASSIGN_OR_RETURN(Plan p, get_plan(b, combine_plan_query(b, st, K)));
       const Plan* use = &p;
       if (!b.identity && p.order == CombineOrder::kArrival) {
         sliced = p;

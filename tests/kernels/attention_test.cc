@@ -11,39 +11,11 @@
 
 #include "llmrr/kernels/ops.h"
 #include "llmrr/kernels/reference.h"
+#include "plan_tables.h"
 #include "test_util.h"
 
 namespace llmrr::kernels::testing {
 namespace {
-
-Plan attn_count(uint32_t splits, bool separate = false) {
-  Plan p;
-  p.op = OpKind::kAttention;
-  p.mode = SplitMode::kCount;
-  p.splits = splits;
-  p.separate_new_kv = separate;
-  EXPECT_EQ(plan_check(p), "");
-  return p;
-}
-
-Plan attn_size(uint32_t size, bool separate = false) {
-  Plan p;
-  p.op = OpKind::kAttention;
-  p.mode = SplitMode::kSize;
-  p.split_size = size;
-  p.separate_new_kv = separate;
-  EXPECT_EQ(plan_check(p), "");
-  return p;
-}
-
-std::vector<Plan> all_attention_plans() {
-  std::vector<Plan> out;
-  for (bool sep : {false, true}) {
-    for (uint32_t s : {1u, 2u, 3u, 5u, 100u}) out.push_back(attn_count(s, sep));
-    for (uint32_t s : {1u, 7u, 16u, 256u}) out.push_back(attn_size(s, sep));
-  }
-  return out;
-}
 
 // A paged cache for several sequences: blocks drawn from one shuffled pool, so consecutive
 // blocks of a sequence are not adjacent in memory.

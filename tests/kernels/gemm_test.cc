@@ -13,6 +13,7 @@
 #include "llmrr/kernels/numerics.h"
 #include "llmrr/kernels/ops.h"
 #include "llmrr/kernels/reference.h"
+#include "plan_tables.h"
 #include "test_util.h"
 
 namespace llmrr {
@@ -24,19 +25,6 @@ inline void PrintTo(const Plan& p, std::ostream* os) {
 
 namespace llmrr::kernels::testing {
 namespace {
-
-Plan gemm_plan(uint32_t splits, uint32_t k_tile, std::vector<uint16_t> arrival = {}) {
-  Plan p;
-  p.op = OpKind::kGemm;
-  p.splits = splits;
-  p.k_tile = k_tile;
-  if (!arrival.empty()) {
-    p.order = CombineOrder::kArrival;
-    p.arrival = std::move(arrival);
-  }
-  EXPECT_EQ(plan_check(p), "") << plan_to_string(p);
-  return p;
-}
 
 struct Shape {
   int64_t m, n, k;
@@ -67,7 +55,7 @@ const Shape kShapes[] = {
 };
 
 std::vector<Plan> all_plans() {
-  return {
+  return checked({
       gemm_plan(1, 0),
       gemm_plan(1, 16),
       gemm_plan(1, 48),
@@ -78,7 +66,7 @@ std::vector<Plan> all_plans() {
       gemm_plan(7, 16),
       gemm_plan(40, 0),  // more splits than 16-blocks of K: empty splits add +0
       gemm_plan(5, 16, {4, 3, 2, 1, 0}),
-  };
+  });
 }
 
 // fp64 value and the magnitude Σ|x·w| that scales its tolerance.

@@ -12,6 +12,7 @@
 #include "llmrr/kernels/ops.h"
 #include "llmrr/kernels/quant.h"
 #include "llmrr/kernels/reference.h"
+#include "plan_tables.h"
 #include "test_util.h"
 
 namespace llmrr::kernels::testing {
@@ -60,18 +61,6 @@ PackedWeight pack_blocks(const Format& f, const std::vector<uint8_t>& blocks, in
   std::vector<const uint8_t*> rows(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) rows[r] = blocks.data() + r * row_bytes;
   return pack_ggml(f.type, rows.data(), n, k);
-}
-
-Plan gemm_plan(uint32_t splits, uint32_t k_tile, std::vector<uint16_t> arrival = {}) {
-  Plan p;
-  p.op = OpKind::kGemm;
-  p.splits = splits;
-  p.k_tile = k_tile;
-  if (!arrival.empty()) {
-    p.order = CombineOrder::kArrival;
-    p.arrival = std::move(arrival);
-  }
-  return p;
 }
 
 struct Shape {

@@ -7,18 +7,11 @@
 
 #include "llmrr/kernels/ops.h"
 #include "llmrr/kernels/reference.h"
+#include "plan_tables.h"
 #include "test_util.h"
 
 namespace llmrr::kernels::testing {
 namespace {
-
-Plan norm_plan(uint32_t splits) {
-  Plan p;
-  p.op = OpKind::kRmsNorm;
-  p.splits = splits;
-  EXPECT_EQ(plan_check(p), "");
-  return p;
-}
 
 TEST(RmsNorm, MatchesReferenceBitsAndFp64EveryIsaEveryThreadCount) {
   IsaGuard guard;
@@ -29,6 +22,7 @@ TEST(RmsNorm, MatchesReferenceBitsAndFp64EveryIsaEveryThreadCount) {
         SCOPED_TRACE(::testing::Message()
                      << "dim=" << dim << " rows=" << rows << " splits=" << splits);
         const Plan plan = norm_plan(splits);
+        EXPECT_EQ(plan_check(plan), "");
         const int64_t ldx = dim + 2, ldy = dim + 3;
         auto x = random_vec(rng, rows * ldx, 3.0f);
         auto w = random_vec(rng, dim);

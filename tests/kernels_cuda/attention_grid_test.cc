@@ -12,6 +12,7 @@
 #include "cuda/attention_phases.h"
 #include "grid_runner.h"
 #include "llmrr/kernels/reference.h"
+#include "plan_tables.h"
 #include "test_util.h"
 
 namespace llmrr::kernels::cuda::testing {
@@ -20,34 +21,9 @@ namespace {
 using kernels::testing::first_diff;
 using kernels::testing::random_vec;
 
-Plan attn_count(uint32_t splits, bool separate) {
-  Plan p;
-  p.op = OpKind::kAttention;
-  p.mode = SplitMode::kCount;
-  p.splits = splits;
-  p.separate_new_kv = separate;
-  EXPECT_EQ(plan_check(p), "");
-  return p;
-}
-
-Plan attn_size(uint32_t size, bool separate) {
-  Plan p;
-  p.op = OpKind::kAttention;
-  p.mode = SplitMode::kSize;
-  p.split_size = size;
-  p.separate_new_kv = separate;
-  EXPECT_EQ(plan_check(p), "");
-  return p;
-}
-
-std::vector<Plan> all_attention_plans() {
-  std::vector<Plan> out;
-  for (bool sep : {false, true}) {
-    for (uint32_t s : {1u, 2u, 3u, 5u, 100u}) out.push_back(attn_count(s, sep));
-    for (uint32_t s : {1u, 7u, 16u, 256u}) out.push_back(attn_size(s, sep));
-  }
-  return out;
-}
+using kernels::testing::all_attention_plans;
+using kernels::testing::attn_count;
+using kernels::testing::attn_size;
 
 // A paged cache for several sequences, blocks drawn from one shuffled pool; the same cache
 // serves the CPU reference (kernels::KvSeqView) and the device code (cuda::KvSeqView).

@@ -11,6 +11,7 @@
 #include "grid_runner.h"
 #include "llmrr/kernels/ops.h"
 #include "llmrr/kernels/reference.h"
+#include "plan_tables.h"
 #include "test_util.h"
 
 namespace llmrr::kernels::cuda::testing {
@@ -19,18 +20,8 @@ namespace {
 using kernels::testing::first_diff;
 using kernels::testing::random_vec;
 
-Plan gemm_plan(uint32_t splits, uint32_t k_tile, std::vector<uint16_t> arrival = {}) {
-  Plan p;
-  p.op = OpKind::kGemm;
-  p.splits = splits;
-  p.k_tile = k_tile;
-  if (!arrival.empty()) {
-    p.order = CombineOrder::kArrival;
-    p.arrival = std::move(arrival);
-  }
-  EXPECT_EQ(plan_check(p), "") << plan_to_string(p);
-  return p;
-}
+using kernels::testing::checked;
+using kernels::testing::gemm_plan;
 
 struct Shape {
   int64_t m, n, k;
@@ -43,7 +34,7 @@ const Shape kShapes[] = {
 };
 
 std::vector<Plan> all_plans() {
-  return {
+  return checked({
       gemm_plan(1, 0),
       gemm_plan(1, 16),
       gemm_plan(1, 48),
@@ -55,7 +46,7 @@ std::vector<Plan> all_plans() {
       gemm_plan(9, 0),   // more splits than thread groups: groups loop over splits
       gemm_plan(40, 0),  // more splits than 16-blocks of K: empty splits add +0
       gemm_plan(5, 16, {4, 3, 2, 1, 0}),
-  };
+  });
 }
 
 // What the .cu entry does, with host memory: prepare, pack K-major, run every block.

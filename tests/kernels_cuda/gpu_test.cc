@@ -14,6 +14,7 @@
 #include "llmrr/kernels/numerics.h"
 #include "llmrr/kernels/ops.h"
 #include "llmrr/kernels/reference.h"
+#include "plan_tables.h"
 #include "test_util.h"
 
 namespace llmrr::kernels::cuda {
@@ -52,17 +53,7 @@ std::vector<T> to_host(const DeviceBuffer& d, size_t n) {
     ASSERT_TRUE(_st.ok()) << _st.to_string(); \
   } while (0)
 
-Plan gemm_plan(uint32_t splits, uint32_t k_tile, std::vector<uint16_t> arrival = {}) {
-  Plan p;
-  p.op = OpKind::kGemm;
-  p.splits = splits;
-  p.k_tile = k_tile;
-  if (!arrival.empty()) {
-    p.order = CombineOrder::kArrival;
-    p.arrival = std::move(arrival);
-  }
-  return p;
-}
+using kernels::testing::gemm_plan;
 
 TEST_F(CudaGpuTest, DeviceInfoNamesTheGpu) {
   auto info = device_info(0);

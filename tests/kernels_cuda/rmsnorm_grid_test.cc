@@ -8,6 +8,7 @@
 #include "cuda/rmsnorm_phases.h"
 #include "grid_runner.h"
 #include "llmrr/kernels/reference.h"
+#include "plan_tables.h"
 #include "test_util.h"
 
 namespace llmrr::kernels::cuda::testing {
@@ -16,12 +17,7 @@ namespace {
 using kernels::testing::first_diff;
 using kernels::testing::random_vec;
 
-Plan norm_plan(uint32_t splits) {
-  Plan p;
-  p.op = OpKind::kRmsNorm;
-  p.splits = splits;
-  return p;
-}
+using kernels::testing::norm_plan;
 
 void grid_rmsnorm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* w, float eps,
                   float* y, int64_t ldy, const Plan& plan, ThreadOrder order) {

@@ -167,14 +167,7 @@ class CudaForward final : public DeviceForward {
                    const DeviceWeight& wt, float* y, int64_t ldy, const DeviceBuffer* bias,
                    const int32_t* map) {
     const uint64_t mask = ask(site);
-    PlanQuery pq;
-    pq.site = site;
-    pq.op = OpKind::kGemm;
-    pq.rows = plan_m;
-    pq.n = wt.n();
-    pq.k = wt.k();
-    pq.batch_rows = b_->full_rows;
-    ASSIGN_OR_RETURN(Plan p, get_plan(pq, &wt));
+    ASSIGN_OR_RETURN(Plan p, get_plan(gemm_plan_query(*b_, site, plan_m, wt.n(), wt.k()), &wt));
     if (p.cublaslt) {
       RETURN_IF_ERROR(lt_->gemm(x, ldx, m, wt, y, ldy, *p.cublaslt, stream_));
     } else {
@@ -192,13 +185,7 @@ class CudaForward final : public DeviceForward {
                    const DeviceBuffer& weight, float* y, const int32_t* map) {
     const int64_t H = w_.cfg.hidden;
     const uint64_t mask = ask(site);
-    PlanQuery pq;
-    pq.site = site;
-    pq.op = OpKind::kRmsNorm;
-    pq.rows = plan_rows;
-    pq.k = H;
-    pq.batch_rows = b_->full_rows;
-    ASSIGN_OR_RETURN(Plan p, get_plan(pq));
+    ASSIGN_OR_RETURN(Plan p, get_plan(norm_plan_query(*b_, site, plan_rows, H)));
     RETURN_IF_ERROR(
         kc::rmsnorm(x, H, rows, H, weight.as<float>(), w_.cfg.norm_eps, y, H, p, stream_));
     if (w_.cfg.bf16_activations) RETURN_IF_ERROR(cuda_engine::round_bf16(y, H, rows, H, stream_));
@@ -371,17 +358,7 @@ Status CudaForward::attention_layer(int32_t l) {
   {
     const SiteId st = site(SiteKind::kAttn);
     const uint64_t mask = ask(st);
-    PlanQuery pq;
-    pq.site = st;
-    pq.op = OpKind::kAttention;
-    pq.rows = b.full_rows;
-    pq.k = D;
-    pq.batch_rows = b.full_rows;
-    pq.seqs = b.attn_seqs;
-    pq.heads = c.heads;
-    pq.kv_heads = c.kv_heads;
-    pq.block_size = kv_block_;
-    ASSIGN_OR_RETURN(Plan p, get_plan(pq));
+    ASSIGN_OR_RETURN(Plan p, get_plan(attention_plan_query(b, c, st, kv_block_)));
     kernels::AttnShape shape;
     shape.heads = c.heads;
     shape.kv_heads = c.kv_heads;
