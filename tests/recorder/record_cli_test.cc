@@ -38,11 +38,22 @@ std::string slurp(const std::string& path) {
 // Runs `llmrr <args>` (through /bin/sh, after `prefix`, e.g. a ulimit).
 CliResult llmrr(const std::vector<std::string>& args, const std::string& prefix = "") {
   const std::string out = temp_path("stdout"), err = temp_path("stderr");
-  std::string cmd = prefix + " exec " + quote(LLMRR_BIN);
-  for (const std::string& a : args) cmd += " " + quote(a);
-  cmd += " >" + quote(out) + " 2>" + quote(err);
+  // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on `"literal" + string`.
+  std::string cmd = prefix;
+  cmd += " exec ";
+  cmd += quote(LLMRR_BIN);
+  for (const std::string& a : args) {
+    cmd += ' ';
+    cmd += quote(a);
+  }
+  cmd += " >";
+  cmd += quote(out);
+  cmd += " 2>";
+  cmd += quote(err);
   CliResult r;
-  int status = std::system(("/bin/sh -c " + quote(cmd)).c_str());
+  std::string shell = "/bin/sh -c ";
+  shell += quote(cmd);
+  int status = std::system(shell.c_str());
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = slurp(out);
   r.err = slurp(err);

@@ -67,7 +67,9 @@ Trace simulate(const SchedulerConfig& cfg, const std::vector<SimRequest>& reqs) 
       } else {
         seen_prefill = true;
         EXPECT_EQ(g.start, covered[g.request]) << "chunks must be contiguous";
-        if (cfg.prefill_chunk > 0) EXPECT_LE(g.count, cfg.prefill_chunk);
+        if (cfg.prefill_chunk > 0) {
+          EXPECT_LE(g.count, cfg.prefill_chunk);
+        }
         covered[g.request] += g.count;
         EXPECT_LE(covered[g.request], r.prompt_len);
         EXPECT_EQ(g.sample, covered[g.request] == r.prompt_len);
