@@ -9,6 +9,7 @@
 #include <fstream>
 #include <new>
 #include <random>
+#include <system_error>
 #include <string>
 #include <thread>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "llmrr/kernels/ops.h"
 #include "llmrr/recorder/convert.h"
 #include "row_stats.h"
+#include "step_slot.h"
 
 namespace llmrr {
 namespace {
@@ -73,6 +75,10 @@ trace::RunHeader base_run_header() {
   return h;
 }
 
+TraceRecorder::TraceRecorder()
+    : current_(std::make_unique<recorder_internal::StepSlot>()),
+      spare_(std::make_unique<recorder_internal::StepSlot>()) {}
+
 Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& path,
                                                            trace::RunHeader header,
                                                            RecorderOptions options) {
@@ -107,6 +113,14 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& pa
 
   ASSIGN_OR_RETURN(rec->writer_, trace::TraceWriter::open(path, options.writer));
   RETURN_IF_ERROR(rec->writer_->append_run_header(header));
+  if (options.background) {
+    try {
+      TraceRecorder* r = rec.get();
+      rec->worker_ = std::thread([r] { r->worker_loop(); });
+    } catch (const std::system_error&) {
+      // No thread to be had: complete steps inline instead (same records).
+    }
+  }
   return rec;
 }
 
@@ -114,16 +128,28 @@ TraceRecorder::~TraceRecorder() {
   if (!closed_) (void)close();
 }
 
+Status TraceRecorder::status() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return status_;
+}
+
 void TraceRecorder::mark_lossy(const std::string& reason) {
-  if (writer_ && !closed_) writer_->mark_lossy(reason);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!closed_ && lossy_reason_.empty())
+    lossy_reason_ = reason.empty() ? "records were dropped" : reason;
 }
 
 void TraceRecorder::fail(Status status) {
-  if (!status_.ok() || status.ok()) return;
-  status_ = std::move(status);
-  if (writer_) writer_->mark_lossy("recording stopped: " + status_.to_string());
+  if (status.ok()) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!status_.ok()) return;
+    status_ = std::move(status);
+    if (lossy_reason_.empty()) lossy_reason_ = "recording stopped: " + status_.to_string();
+    stopped_.store(true, std::memory_order_relaxed);
+  }
   std::fprintf(stderr, "llmrr: recording stopped, the trace is lossy: %s\n",
-               status_.to_string().c_str());
+               this->status().to_string().c_str());
 }
 
 // Every callback body runs inside this guard: whatever goes wrong becomes a recording
@@ -156,13 +182,14 @@ bool TraceRecorder::wants_rows(SiteId site) {
   return false;
 }
 
+// ---- the engine's side: store small records, copy float rows ----------------------------
+
 void TraceRecorder::on_arrival(int64_t step, const RequestSpec& r) {
   LLMRR_RECORDER_GUARD_BEGIN
   trace::RequestRecord rec = to_request_record(r);
-  if (options_.reference != nullptr) prompt_hashes_[r.id] = trace::prompt_hash(r.prompt);
   // The engine reports arrivals before on_step; a C ABI caller may add one inside a step.
   if (in_step_) {
-    step_.arrivals.push_back(std::move(rec));
+    current_->step.arrivals.push_back(std::move(rec));
   } else {
     pending_arrivals_.push_back(std::move(rec));
   }
@@ -171,35 +198,50 @@ void TraceRecorder::on_arrival(int64_t step, const RequestSpec& r) {
 
 void TraceRecorder::on_step(const StepInfo& s) {
   LLMRR_RECORDER_GUARD_BEGIN
-  step_.clear();
-  step_.step = s.step;
-  step_.arrivals.swap(pending_arrivals_);
+  recorder_internal::StepSlot& slot = *current_;
+  slot.clear();
+  slot.step.step = s.step;
+  slot.step.arrivals.swap(pending_arrivals_);
   pending_arrivals_.clear();
-  step_.segments.reserve(s.segments.size());
-  for (const BatchSegment& g : s.segments) step_.segments.push_back(to_trace_segment(g));
+  slot.step.segments.reserve(s.segments.size());
+  for (const BatchSegment& g : s.segments) slot.step.segments.push_back(to_trace_segment(g));
   in_step_ = true;
   LLMRR_RECORDER_GUARD_END
 }
 
 void TraceRecorder::on_plan(int64_t step, SiteId site, const Plan& plan) {
   LLMRR_RECORDER_GUARD_BEGIN
-  step_.plans.push_back({site.packed(), to_plan_record(plan)});
+  current_->step.plans.push_back({site.packed(), to_plan_record(plan)});
   LLMRR_RECORDER_GUARD_END
 }
 
 void TraceRecorder::on_rows(const RowsView& v) {
   LLMRR_RECORDER_GUARD_BEGIN
+  recorder_internal::StepSlot& slot = *current_;
   trace::SiteRows rows;
   rows.site = v.site.packed();
   rows.cols = static_cast<int32_t>(v.cols);
   if (v.batch_rows) rows.batch_rows.assign(v.batch_rows, v.batch_rows + v.rows);
-  rows.rows.resize(static_cast<size_t>(v.rows));
-  for (int64_t r = 0; r < v.rows; ++r) {
-    rows.rows[static_cast<size_t>(r)] =
-        v.fingerprints ? v.fingerprints[r] : trace::fingerprint_row(v.data + r * v.ld, v.cols);
+  if (v.fingerprints) {
+    rows.rows.assign(v.fingerprints, v.fingerprints + v.rows);
+  } else {
+    // Copy now (the view dies with the callback); fingerprint on the recorder's side.
+    rows.rows.resize(static_cast<size_t>(v.rows));
+    recorder_internal::PendingRows p;
+    p.index = slot.step.rows.size();
+    p.rows = v.rows;
+    p.cols = v.cols;
+    p.offset = slot.arena.take(static_cast<size_t>(v.rows * v.cols));
+    float* dst = slot.arena.at(p.offset);
+    const size_t row_bytes = static_cast<size_t>(v.cols) * sizeof(float);
+    if (v.ld == v.cols) {
+      if (v.rows > 0) std::memcpy(dst, v.data, row_bytes * static_cast<size_t>(v.rows));
+    } else {
+      for (int64_t r = 0; r < v.rows; ++r) std::memcpy(dst + r * v.cols, v.data + r * v.ld, row_bytes);
+    }
+    slot.rows.push_back(p);
   }
-  stats_.fingerprints += v.rows;
-  step_.rows.push_back(std::move(rows));
+  slot.step.rows.push_back(std::move(rows));
   LLMRR_RECORDER_GUARD_END
 }
 
@@ -223,74 +265,31 @@ void TraceRecorder::on_routing(const RoutingView& v) {
   r.gates.assign(v.gates, v.gates + n);
   r.outcome.resize(n);
   for (size_t i = 0; i < n; ++i) r.outcome[i] = static_cast<trace::RouteOutcome>(v.outcome[i]);
-  step_.routing.push_back(std::move(r));
+  current_->step.routing.push_back(std::move(r));
   LLMRR_RECORDER_GUARD_END
-}
-
-void TraceRecorder::record_full_logits(const LogitsView& v, trace::LogitsRecord& rec) {
-  trace::BlobSpec blob;
-  blob.dtype = trace::DType::kF32;
-  blob.shape = {v.vocab};
-  blob.data = v.logits;
-  blob.bytes = static_cast<size_t>(v.vocab) * sizeof(float);
-  blob.name = logits_blob_name(v.position);
-  blob.step = v.step;
-  blob.site = SiteId{SiteKind::kLogits, -1, -1}.packed();
-  blob.request = v.request;
-  if (options_.reference != nullptr) {
-    auto known = prompt_hashes_.find(v.request);
-    if (known != prompt_hashes_.end()) {
-      const uint64_t hash = known->second;
-      auto ref = reference_blobs_.find({hash, v.position});
-      if (ref != reference_blobs_.end()) {
-        const int64_t ref_id = ref->second;
-        Status st = options_.reference->read_blob(ref_id, &reference_bytes_);
-        if (st.ok() && reference_bytes_.size() == blob.bytes) {
-          blob.xor_reference = reference_bytes_.data();
-          blob.reference_trace = options_.reference->run_header().run_id;
-          blob.reference_blob = ref_id;
-          ++stats_.xor_blobs;
-        }
-      }
-    }
-  }
-  Result<int64_t> id = writer_->append_blob(blob);
-  if (!id.ok()) {
-    fail(id.status());
-    return;
-  }
-  rec.blob = *id;
-  ++stats_.blobs;
 }
 
 void TraceRecorder::on_logits(const LogitsView& v) {
   LLMRR_RECORDER_GUARD_BEGIN
+  recorder_internal::StepSlot& slot = *current_;
   trace::LogitsRecord rec;
   rec.request = v.request;
   rec.position = v.position;
   rec.batch_row = static_cast<int32_t>(v.batch_row);
   rec.vocab = static_cast<int32_t>(v.vocab);
-  int k = static_cast<int>(std::min<int64_t>(std::max(options_.top_k, 2), v.vocab));
-  rec.top_ids.resize(static_cast<size_t>(k));
-  rec.top_values.resize(static_cast<size_t>(k));
-  recorder_internal::top_k(v.logits, v.vocab, k, rec.top_ids.data(), rec.top_values.data());
-  rec.margin = k >= 2 ? rec.top_values[0] - rec.top_values[1] : 0.0f;
-  // The margin needs the top two; keep only as many as asked for.
-  rec.top_ids.resize(static_cast<size_t>(std::min<int64_t>(options_.top_k, k)));
-  rec.top_values.resize(rec.top_ids.size());
-  rec.full = trace::fingerprint_row(v.logits, v.vocab);
-  if (options_.logits == trace::LogitsMode::kFull) {
-    record_full_logits(v, rec);
-    if (!recording()) return;
-  }
-  step_.logits.push_back(std::move(rec));
+  recorder_internal::PendingLogits p;
+  p.index = slot.step.logits.size();
+  p.vocab = v.vocab;
+  p.offset = slot.arena.take(static_cast<size_t>(v.vocab));
+  if (v.vocab > 0) std::memcpy(slot.arena.at(p.offset), v.logits, static_cast<size_t>(v.vocab) * sizeof(float));
+  slot.logits.push_back(p);
+  slot.step.logits.push_back(std::move(rec));
   LLMRR_RECORDER_GUARD_END
 }
 
 void TraceRecorder::on_token(const TokenEvent& t) {
   LLMRR_RECORDER_GUARD_BEGIN
-  step_.tokens.push_back({t.request, t.position, t.token, t.sample.uniform});
-  ++stats_.tokens;
+  current_->step.tokens.push_back({t.request, t.position, t.token, t.sample.uniform});
   LLMRR_RECORDER_GUARD_END
 }
 
@@ -300,7 +299,7 @@ void TraceRecorder::on_finish(const RequestFinish& f) {
   rec.request = f.request;
   rec.reason = static_cast<trace::FinishReason>(f.reason);
   rec.generated = f.generated;
-  step_.finishes.push_back(rec);
+  current_->step.finishes.push_back(rec);
   LLMRR_RECORDER_GUARD_END
 }
 
@@ -308,33 +307,175 @@ void TraceRecorder::on_step_end(int64_t step) {
   LLMRR_RECORDER_GUARD_BEGIN
   if (!in_step_) return;
   in_step_ = false;
-  Status st = writer_->append_step(step_);
-  if (!st.ok()) {
-    fail(st.with_context("step " + std::to_string(step) + ": "));
+  if (!pipelined()) {
+    complete_and_append(*current_);
     return;
   }
-  ++stats_.steps;
+  // Step N−1 must be appended before step N goes: its verdict is known from here on, and
+  // its slot becomes the next one to fill.
+  wait_idle();
+  if (!recording()) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    in_flight_ = std::move(current_);
+    current_ = std::move(spare_);
+  }
+  cv_.notify_all();
   LLMRR_RECORDER_GUARD_END
 }
 
+void TraceRecorder::wait_idle() {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return in_flight_ == nullptr; });
+}
+
+// ---- the recorder's side -----------------------------------------------------------------
+
+void TraceRecorder::worker_loop() {
+  for (;;) {
+    recorder_internal::StepSlot* slot;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return in_flight_ != nullptr || stop_worker_; });
+      if (in_flight_ == nullptr) return;
+      slot = in_flight_.get();
+    }
+    complete_and_append(*slot);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      spare_ = std::move(in_flight_);
+    }
+    cv_.notify_all();
+  }
+}
+
+void TraceRecorder::complete_and_append(recorder_internal::StepSlot& slot) {
+  if (stopped_.load(std::memory_order_relaxed)) return;
+  try {
+    trace::StepRecord& step = slot.step;
+    if (options_.reference != nullptr) {
+      for (const trace::RequestRecord& r : step.arrivals)
+        prompt_hashes_[r.id] = trace::prompt_hash(r.prompt);
+    }
+    int64_t fingerprints = 0;
+    for (const recorder_internal::PendingRows& p : slot.rows) {
+      trace::SiteRows& rows = step.rows[p.index];
+      const float* data = slot.arena.at(p.offset);
+      for (int64_t r = 0; r < p.rows; ++r)
+        rows.rows[static_cast<size_t>(r)] = trace::fingerprint_row(data + r * p.cols, p.cols);
+      fingerprints += p.rows;
+    }
+    int64_t blobs = 0, xor_blobs = 0;
+    for (const recorder_internal::PendingLogits& p : slot.logits) {
+      trace::LogitsRecord& rec = step.logits[p.index];
+      const float* row = slot.arena.at(p.offset);
+      const int k = static_cast<int>(std::min<int64_t>(std::max(options_.top_k, 2), p.vocab));
+      rec.top_ids.resize(static_cast<size_t>(k));
+      rec.top_values.resize(static_cast<size_t>(k));
+      recorder_internal::top_k(row, p.vocab, k, rec.top_ids.data(), rec.top_values.data());
+      rec.margin = k >= 2 ? rec.top_values[0] - rec.top_values[1] : 0.0f;
+      // The margin needs the top two; keep only as many as asked for.
+      rec.top_ids.resize(static_cast<size_t>(std::min<int64_t>(options_.top_k, k)));
+      rec.top_values.resize(rec.top_ids.size());
+      rec.full = trace::fingerprint_row(row, p.vocab);
+      if (options_.logits == trace::LogitsMode::kFull) {
+        const int64_t before = reference_hits_;
+        Status st = record_full_logits(row, rec, step.step, &rec.blob);
+        if (!st.ok()) {
+          fail(st);
+          return;
+        }
+        ++blobs;
+        xor_blobs += reference_hits_ - before;
+      }
+    }
+    Status st = writer_->append_step(step);
+    if (!st.ok()) {
+      fail(st.with_context("step " + std::to_string(step.step) + ": "));
+      return;
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.steps;
+    stats_.tokens += static_cast<int64_t>(step.tokens.size());
+    stats_.fingerprints += fingerprints;
+    stats_.blobs += blobs;
+    stats_.xor_blobs += xor_blobs;
+  } catch (const std::bad_alloc&) {
+    fail(make_error(ErrorCode::kResourceLimit, "out of memory while recording"));
+  } catch (const std::exception& e) {
+    fail(make_error(ErrorCode::kInternal, std::string("recorder: ") + e.what()));
+  } catch (...) {
+    fail(make_error(ErrorCode::kInternal, "recorder: unknown exception"));
+  }
+}
+
+Status TraceRecorder::record_full_logits(const float* logits, const trace::LogitsRecord& rec,
+                                         int64_t step, int64_t* blob_id) {
+  trace::BlobSpec blob;
+  blob.dtype = trace::DType::kF32;
+  blob.shape = {rec.vocab};
+  blob.data = logits;
+  blob.bytes = static_cast<size_t>(rec.vocab) * sizeof(float);
+  blob.name = logits_blob_name(rec.position);
+  blob.step = step;
+  blob.site = SiteId{SiteKind::kLogits, -1, -1}.packed();
+  blob.request = rec.request;
+  if (options_.reference != nullptr) {
+    auto known = prompt_hashes_.find(rec.request);
+    if (known != prompt_hashes_.end()) {
+      auto ref = reference_blobs_.find({known->second, rec.position});
+      if (ref != reference_blobs_.end()) {
+        const int64_t ref_id = ref->second;
+        Status st = options_.reference->read_blob(ref_id, &reference_bytes_);
+        if (st.ok() && reference_bytes_.size() == blob.bytes) {
+          blob.xor_reference = reference_bytes_.data();
+          blob.reference_trace = options_.reference->run_header().run_id;
+          blob.reference_blob = ref_id;
+          ++reference_hits_;
+        }
+      }
+    }
+  }
+  Result<int64_t> id = writer_->append_blob(blob);
+  if (!id.ok()) return id.status();
+  *blob_id = *id;
+  return Status::Ok();
+}
+
 Status TraceRecorder::close() {
-  if (closed_) return status_;
-  closed_ = true;
-  if (!writer_) return status_;
-  if (in_step_ && status_.ok()) {
+  if (closed_) return status();
+  if (pipelined()) {
+    wait_idle();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_worker_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  if (!writer_) {
+    closed_ = true;
+    return status();
+  }
+  if (in_step_) {
     // The engine stopped inside a step (an error on its side): keep what was seen.
-    Status st = writer_->append_step(step_);
-    if (!st.ok()) fail(st);
+    complete_and_append(*current_);
     in_step_ = false;
   }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_ = true;
+    if (!lossy_reason_.empty()) writer_->mark_lossy(lossy_reason_);
+  }
   Status st = writer_->close();
+  std::lock_guard<std::mutex> lk(mu_);
   stats_.file_bytes = writer_->stats().file_bytes;
-  if (!status_.ok()) return status_;
-  if (!st.ok()) status_ = st;
+  if (status_.ok() && !st.ok()) status_ = st;
   return status_;
 }
 
 RecorderStats TraceRecorder::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
   RecorderStats s = stats_;
   if (writer_) s.file_bytes = writer_->stats().file_bytes;
   return s;

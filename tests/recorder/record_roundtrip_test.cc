@@ -469,6 +469,118 @@ TEST(Recorder, FullLogitBlobsRoundTrip) {
   EXPECT_EQ(blobs, reader->token_count());
 }
 
+// The recorder's thread and the inline mode (everything on the engine's thread) write the
+// same records and blobs, at every capture level with full logits.
+TEST(Recorder, PipelinedAndInlineWriteTheSameRecords) {
+  for (CaptureLevel capture : {CaptureLevel::kLayers, CaptureLevel::kAll}) {
+    RunSpec spec = spec_for(Case{"", "tiny-moe", "production", capture});
+    spec.recorder.logits = trace::LogitsMode::kFull;
+    spec.recorder.writer.chunk_target_bytes = 8 << 10;  // several chunks
+    spec.recorder.background = true;
+    RecordedRun piped = record_run(spec);
+    spec.recorder.background = false;
+    RecordedRun inline_run = record_run(spec);
+    ASSERT_TRUE(piped.close_status.ok()) << piped.close_status.to_string();
+    ASSERT_TRUE(inline_run.close_status.ok()) << inline_run.close_status.to_string();
+    auto a = open_reader(piped.path);
+    auto b = open_reader(inline_run.path);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    const std::vector<trace::StepRecord> sa = read_steps(*a), sb = read_steps(*b);
+    ASSERT_EQ(sa.size(), piped.memory->steps().size());
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t i = 0; i < sa.size(); ++i) EXPECT_TRUE(sa[i] == sb[i]) << "step " << sa[i].step;
+    ASSERT_EQ(a->blob_count(), b->blob_count());
+    ASSERT_GT(a->blob_count(), 0);
+    for (int64_t id = 0; id < a->blob_count(); ++id) {
+      std::vector<uint8_t> x, y;
+      ASSERT_TRUE(a->read_blob(id, &x).ok());
+      ASSERT_TRUE(b->read_blob(id, &y).ok());
+      EXPECT_EQ(x, y) << "blob " << id;
+    }
+    EXPECT_EQ(piped.stats.steps, inline_run.stats.steps);
+    EXPECT_EQ(piped.stats.tokens, inline_run.stats.tokens);
+    EXPECT_EQ(piped.stats.fingerprints, inline_run.stats.fingerprints);
+    EXPECT_EQ(piped.stats.blobs, inline_run.stats.blobs);
+    expect_trace_matches(piped, *a, capture, 32, trace::LogitsMode::kFull,
+                         builtin("tiny-moe").config.experts);
+  }
+}
+
+// Views die with their callback: the recorder copies what it completes later, so a caller
+// that reuses its buffers at once (as a C ABI caller does) still gets what it handed over.
+TEST(Recorder, BuffersReusedAfterEachCallbackAreRecordedAsHandedOver) {
+  const std::string path = temp_path("reused.trace");
+  auto rec_or = TraceRecorder::open(path, base_run_header());
+  ASSERT_TRUE(rec_or.ok()) << rec_or.status().to_string();
+  TraceRecorder& rec = **rec_or;
+  ASSERT_TRUE(rec.pipelined());
+  constexpr int kSteps = 6, kRows = 3, kCols = 40, kVocab = 300;
+  std::vector<BatchSegment> segs = {{5, 0, kRows, 0, SegmentKind::kPrefill, true}};
+  RequestSpec r;
+  r.id = 5;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 100;
+  rec.on_arrival(0, r);
+  std::vector<float> buf(kRows * (kCols + 4)), logits(kVocab);
+  std::vector<std::vector<trace::Fingerprint>> want_rows(kSteps);
+  std::vector<trace::Fingerprint> want_logits(kSteps);
+  std::vector<int32_t> want_top(kSteps);
+  const SiteId site{SiteKind::kLayerOut, 0, -1};
+  for (int step = 0; step < kSteps; ++step) {
+    StepInfo info;
+    info.step = step;
+    info.segments = segs;
+    info.rows = kRows;
+    rec.on_step(info);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = std::sin(0.1f * (i + 7 * step));
+    RowsView v;
+    v.step = step;
+    v.site = site;
+    v.data = buf.data();
+    v.ld = kCols + 4;  // strided rows
+    v.rows = kRows;
+    v.cols = kCols;
+    for (int row = 0; row < kRows; ++row)
+      want_rows[step].push_back(trace::fingerprint_row(buf.data() + row * v.ld, kCols));
+    rec.on_rows(v);
+    std::fill(buf.begin(), buf.end(), -1.0f);  // reused at once
+    for (int i = 0; i < kVocab; ++i) logits[i] = std::cos(0.37f * (i + step));
+    want_top[step] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                          logits.begin());
+    want_logits[step] = trace::fingerprint_row(logits.data(), kVocab);
+    LogitsView lv;
+    lv.step = step;
+    lv.request = 5;
+    lv.position = 2 + step;
+    lv.batch_row = kRows - 1;
+    lv.logits = logits.data();
+    lv.vocab = kVocab;
+    rec.on_logits(lv);
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    TokenEvent t;
+    t.step = step;
+    t.request = 5;
+    t.position = lv.position + 1;
+    t.token = want_top[step];
+    rec.on_token(t);
+    rec.on_step_end(step);
+  }
+  ASSERT_TRUE(rec.close().ok()) << rec.status().to_string();
+  auto reader = open_reader(path);
+  ASSERT_NE(reader, nullptr);
+  const std::vector<trace::StepRecord> steps = read_steps(*reader);
+  ASSERT_EQ(steps.size(), static_cast<size_t>(kSteps));
+  for (int step = 0; step < kSteps; ++step) {
+    const trace::SiteRows* rows = steps[step].find_rows(site.packed());
+    ASSERT_NE(rows, nullptr);
+    EXPECT_EQ(rows->rows, want_rows[step]) << "step " << step;
+    ASSERT_EQ(steps[step].logits.size(), 1u);
+    EXPECT_EQ(steps[step].logits[0].full, want_logits[step]) << "step " << step;
+    EXPECT_EQ(steps[step].logits[0].top_ids[0], want_top[step]) << "step " << step;
+  }
+}
+
 uint64_t blob_stored_bytes(const trace::TraceReader& reader) {
   uint64_t n = 0;
   for (const trace::FrameInfo& f : reader.frames()) {

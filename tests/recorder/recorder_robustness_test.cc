@@ -128,12 +128,18 @@ TEST(RecorderRobustness, UnwritablePathFailsAtOpen) {
 
 // Drives the recorder by hand: a step the writer refuses (the same site planned twice)
 // stops recording; the steps before it survive; the engine-facing callbacks stay silent.
-TEST(RecorderRobustness, RefusedRecordStopsRecordingAndKeepsEarlierSteps) {
-  const std::string path = temp_path("refused.trace");
+class RefusedRecord : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RefusedRecord, StopsRecordingAndKeepsEarlierSteps) {
+  const bool background = GetParam();
+  const std::string path = temp_path(background ? "refused.trace" : "refused_inline.trace");
   trace::RunHeader h = base_run_header();
-  auto rec_or = TraceRecorder::open(path, h);
+  RecorderOptions options;
+  options.background = background;
+  auto rec_or = TraceRecorder::open(path, h, options);
   ASSERT_TRUE(rec_or.ok()) << rec_or.status().to_string();
   TraceRecorder& rec = **rec_or;
+  EXPECT_EQ(rec.pipelined(), background);
 
   std::vector<BatchSegment> segs = {{7, 0, 3, 0, SegmentKind::kPrefill, true}};
   std::vector<float> logits(10);
@@ -172,6 +178,14 @@ TEST(RecorderRobustness, RefusedRecordStopsRecordingAndKeepsEarlierSteps) {
     if (step == 0) {
       EXPECT_TRUE(rec.status().ok()) << rec.status().to_string();
     }
+    if (step == 1 && !background) {
+      EXPECT_FALSE(rec.status().ok()) << "inline, the refusal is known at once";
+    }
+    if (step == 2) {
+      // Step 1 is appended on the recorder's thread; its refusal is known no later than
+      // the end of the next step.
+      EXPECT_FALSE(rec.status().ok()) << "step 1's refusal not reported by step 2's end";
+    }
   }
   EXPECT_FALSE(rec.status().ok());
   EXPECT_FALSE(rec.recording());
@@ -199,6 +213,11 @@ TEST(RecorderRobustness, RefusedRecordStopsRecordingAndKeepsEarlierSteps) {
   Status v = reader->verify();
   EXPECT_TRUE(v.ok()) << v.to_string();
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, RefusedRecord, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Pipelined" : "Inline");
+                         });
 
 // Callbacks out of order, after close, or with views the recorder cannot record: no crash,
 // no exception; the recorder records what it can and says what it could not.

@@ -41,8 +41,11 @@
  *     to write are missing) and recording goes on;
  *   - an I/O error (disk full, ...) or an internal one: recording stops for good, the trace
  *     is marked lossy with the reason and keeps every frame written before; every later
- *     call returns that error at once (llmrr_recorder_status() too). The runtime being
- *     recorded is never disturbed: ignore the codes if you like.
+ *     call returns that error at once (llmrr_recorder_status() too). A step is completed
+ *     and appended on the recorder's own thread after its end_step returns, so an error
+ *     met while appending step N is returned no later than by the end_step of the next
+ *     step or by close. The runtime being recorded is never disturbed: ignore the codes if
+ *     you like.
  *
  * Thread-safety: each handle holds a mutex, so calls on one handle from several threads
  * are safe (they are serialized; records keep the order of the calls, so in practice one
@@ -245,7 +248,10 @@ LLMRR_API int llmrr_recorder_record_token(llmrr_recorder* recorder, uint64_t req
 LLMRR_API int llmrr_recorder_record_finish(llmrr_recorder* recorder, uint64_t request,
                                            int32_t reason, int32_t generated);
 
-/* Ends the step and hands it to the writer (compression runs on a background thread). */
+/* Ends the step and hands it to the recorder's thread, which fingerprints the rows, takes
+ * the logits' top-K and appends the step (compression runs on the writer's thread); the
+ * calling thread only copied the rows and logits it was given. Returns an error of the
+ * previous step's append, if one stopped recording. */
 LLMRR_API int llmrr_recorder_end_step(llmrr_recorder* recorder);
 
 /* The sticky error that stopped recording (LLMRR_OK while recording). */

@@ -12,16 +12,31 @@
 // fingerprint, top1 − top2 margin, and with LogitsMode::kFull the whole row as a shuffled
 // tensor blob), chosen tokens with the sampler's draw, arrivals and finishes.
 //
+// The engine's thread only copies (DESIGN, "The recorder's pipeline"). The callbacks store
+// the small records as they come and copy the float rows they are handed (site rows,
+// logits rows) into a step slot; on_step_end hands the slot to the recorder's own thread,
+// which computes the fingerprints, the logits' top-K and margin, writes full-logit blobs,
+// and appends the step to the writer (FlatBuffers encoding and the record checks); the
+// writer's thread compresses and writes. One step is in flight: on_step_end of step N+1
+// first waits until step N is appended, so at most two slots exist and memory stays
+// bounded (the writer's own bound applies behind it).
+//
 // The recorder never takes down the engine it observes: the first error (I/O, a record the
 // writer refuses, an allocation failure) stops recording, marks the trace lossy with the
 // reason, and every later callback returns at once; the engine runs on. close() then
-// writes what it can and returns that first error.
+// writes what it can and returns that first error. An error of step N's append is seen by
+// status() no later than the end of on_step_end of step N+1, or by close(): "no later
+// than the next append or close", as with TraceWriter.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -33,6 +48,10 @@
 
 namespace llmrr {
 
+namespace recorder_internal {
+struct StepSlot;
+}
+
 struct RecorderOptions {
   trace::CaptureLevel capture = trace::CaptureLevel::kLayers;
   trace::LogitsMode logits = trace::LogitsMode::kTopK;
@@ -41,6 +60,10 @@ struct RecorderOptions {
   // in this trace, when it has one of the same size (--reference). Not owned.
   const trace::TraceReader* reference = nullptr;
   trace::WriterOptions writer;
+  // Complete and append each step on the recorder's own thread (the default), or inline
+  // on the engine's thread in on_step_end. Both write the same records; inline is for
+  // measuring the difference, and the fallback when no thread can be started.
+  bool background = true;
 };
 
 struct RecorderStats {
@@ -80,33 +103,59 @@ class TraceRecorder final : public Observer {
   // dropped (e.g. a C ABI call with bad arguments). The first reason wins.
   void mark_lossy(const std::string& reason);
 
-  // The first recording error (ok while healthy).
-  const Status& status() const { return status_; }
+  // The first recording error (ok while healthy). Thread-safe.
+  Status status() const;
   bool in_step() const { return in_step_; }
-  bool recording() const { return status_.ok() && !closed_; }
+  bool recording() const { return !stopped_.load(std::memory_order_relaxed) && !closed_; }
+  // Counts of what was appended; a step still in flight is counted once it is appended
+  // (all of them after close()). Thread-safe.
   RecorderStats stats() const;
+  // Whether steps are completed on the recorder's thread (RecorderOptions::background and
+  // the thread could be started).
+  bool pipelined() const { return worker_.joinable(); }
   const std::string& path() const { return path_; }
 
  private:
-  TraceRecorder() = default;
-  // Records the first error, marks the trace lossy; recording stops.
+  TraceRecorder();
+  // Records the first error and the lossy reason; recording stops. Any thread.
   void fail(Status status);
-  void record_full_logits(const LogitsView& v, trace::LogitsRecord& rec);
+  // --- the recorder's side (its thread, or the engine's when not pipelined) ---
+  // Completes the slot's step (fingerprints, top-K, blobs) and appends it.
+  void complete_and_append(recorder_internal::StepSlot& slot);
+  Status record_full_logits(const float* logits, const trace::LogitsRecord& rec,
+                            int64_t step, int64_t* blob_id);
+  void worker_loop();
+  // Engine side: waits until no slot is in flight.
+  void wait_idle();
 
   std::string path_;
   RecorderOptions options_;
   std::unique_ptr<trace::TraceWriter> writer_;
-  Status status_;
   bool closed_ = false;
   bool in_step_ = false;
-  trace::StepRecord step_;
+  std::atomic<bool> stopped_{false};  // an error stopped recording
+
+  // Engine side: the slot being filled, the spare one, arrivals before on_step.
+  std::unique_ptr<recorder_internal::StepSlot> current_;
+  std::unique_ptr<recorder_internal::StepSlot> spare_;
   std::vector<trace::RequestRecord> pending_arrivals_;
-  // Prompt hash per request (XOR reference lookup) and the reference's blobs by
-  // (prompt hash, position).
+
+  // Shared with the recorder's thread, under mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<recorder_internal::StepSlot> in_flight_;  // handed over, not yet appended
+  bool stop_worker_ = false;
+  Status status_;
+  std::string lossy_reason_;  // the first reason; applied to the writer at close
+  RecorderStats stats_;
+  std::thread worker_;
+
+  // Recorder side only: prompt hash per request (XOR reference lookup) and the
+  // reference's blobs by (prompt hash, position).
   std::unordered_map<uint64_t, uint64_t> prompt_hashes_;  // request → prompt hash
   std::map<std::pair<uint64_t, int32_t>, int64_t> reference_blobs_;
   std::vector<uint8_t> reference_bytes_;
-  RecorderStats stats_;
+  int64_t reference_hits_ = 0;  // blobs stored as XOR against the reference
 };
 
 // The parts of a run header the recorder can fill on its own: tool version, creation time,

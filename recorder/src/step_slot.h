@@ -1,0 +1,81 @@
+// One step on its way from the engine's callbacks to the writer (TraceRecorder's pipeline).
+//
+// The engine's thread fills a slot with what the callbacks hand over: the small records
+// (arrivals, segments, plans, routing, tokens, finishes) as they will be stored, and the
+// float rows whose fingerprints, top-K and blobs are still to be computed as plain copies in
+// one arena. The recorder's thread then completes the StepRecord from the copies and appends
+// it. Slots are reused step after step, so in steady state nothing is allocated.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "llmrr/format/records.h"
+
+namespace llmrr::recorder_internal {
+
+// A growable float buffer addressed by offsets (which stay valid when it grows). Unlike a
+// std::vector, taking space does not zero it: every float taken is written by a copy.
+class FloatArena {
+ public:
+  // Returns the offset of n floats at the end of the arena.
+  size_t take(size_t n) {
+    if (used_ + n > capacity_) grow(used_ + n);
+    const size_t at = used_;
+    used_ += n;
+    return at;
+  }
+  float* at(size_t offset) { return data_.get() + offset; }
+  const float* at(size_t offset) const { return data_.get() + offset; }
+  size_t used() const { return used_; }
+  void clear() { used_ = 0; }
+
+ private:
+  void grow(size_t need) {
+    size_t cap = capacity_ ? capacity_ : 4096;
+    while (cap < need) cap *= 2;
+    std::unique_ptr<float[]> d(new float[cap]);
+    if (used_) std::memcpy(d.get(), data_.get(), used_ * sizeof(float));
+    data_ = std::move(d);
+    capacity_ = cap;
+  }
+  std::unique_ptr<float[]> data_;
+  size_t used_ = 0;
+  size_t capacity_ = 0;
+};
+
+// step.rows[index].rows is to be filled with the fingerprints of `rows` dense rows of
+// `cols` floats at arena offset `offset`.
+struct PendingRows {
+  size_t index = 0;
+  size_t offset = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// step.logits[index] is to be completed (top-K, margin, fingerprint, blob) from the row of
+// `vocab` floats at arena offset `offset`.
+struct PendingLogits {
+  size_t index = 0;
+  size_t offset = 0;
+  int64_t vocab = 0;
+};
+
+struct StepSlot {
+  trace::StepRecord step;
+  std::vector<PendingRows> rows;
+  std::vector<PendingLogits> logits;
+  FloatArena arena;
+
+  void clear() {
+    step.clear();
+    rows.clear();
+    logits.clear();
+    arena.clear();
+  }
+};
+
+}  // namespace llmrr::recorder_internal
