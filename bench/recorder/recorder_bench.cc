@@ -85,6 +85,7 @@ std::vector<RequestSpec> workload(const LoadedModel& m, const Args& a) {
 struct RunResult {
   double seconds = 0;
   double cpu_seconds = 0;       // process CPU time (all threads)
+  double close_seconds = 0;     // the recorder's close() (last chunk, footer)
   double callback_seconds = 0;  // time inside the recorder's callbacks (engine thread)
   std::map<std::string, double> by_callback;
   int64_t tokens = 0;
@@ -194,7 +195,9 @@ RunResult run_once(const LoadedModel& m, const Args& a, const std::vector<Reques
   const double c0 = cpu_now();
   auto t0 = std::chrono::steady_clock::now();
   Status st = (*e)->run();
+  auto t1 = std::chrono::steady_clock::now();
   Status closed = rec ? rec->close() : Status::Ok();
+  res.close_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.cpu_seconds = cpu_now() - c0;
   if (timer) {
@@ -270,7 +273,7 @@ int bench_model(const std::string& spec, const Args& a) {
   constexpr int kModes = 3;
   const char* names[kModes] = {"record off", "record on (pipelined, default)",
                                "record on (inline on the engine thread)"};
-  std::vector<double> tps[kModes], cpu[kModes], paired[kModes];
+  std::vector<double> tps[kModes], cpu[kModes], paired[kModes], close_ms[kModes];
   int64_t tokens = warm_off.tokens;
   for (int rep = 0; rep < a.reps; ++rep) {
     // Rotate the order so that no mode always runs first on a warmer or quieter machine.
@@ -281,6 +284,7 @@ int bench_model(const std::string& spec, const Args& a) {
       t[mode] = r.tokens / r.seconds;
       tps[mode].push_back(t[mode]);
       cpu[mode].push_back(r.cpu_seconds);
+      close_ms[mode].push_back(1e3 * r.close_seconds);
     }
     for (int mode = 1; mode < kModes; ++mode) paired[mode].push_back(t[mode] / t[0]);
   }
@@ -291,15 +295,15 @@ int bench_model(const std::string& spec, const Args& a) {
       "%" PRId64 " tokens per run; recorder: capture %s, logits %s, zstd %d\n",
       a.load, a.max_tokens, a.threads, tokens, a.capture.c_str(), a.logits.c_str(), a.zstd_level);
   std::printf("  | mode | tokens/s (median of %d) | min | max | on/off (median of pairs) | "
-              "process CPU ms (median) |\n", a.reps);
-  std::printf("  |---|---:|---:|---:|---:|---:|\n");
+              "process CPU ms | close() ms |\n", a.reps);
+  std::printf("  |---|---:|---:|---:|---:|---:|---:|\n");
   for (int mode = 0; mode < kModes; ++mode) {
     const std::vector<double>& v = tps[mode];
     char ratio[32] = "";
     if (mode > 0) std::snprintf(ratio, sizeof ratio, "%.3f", median(paired[mode]));
-    std::printf("  | %s | %.1f | %.1f | %.1f | %s | %.0f |\n", names[mode], median(v),
+    std::printf("  | %s | %.1f | %.1f | %.1f | %s | %.0f | %.2f |\n", names[mode], median(v),
                 *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
-                ratio, 1e3 * median(cpu[mode]));
+                ratio, 1e3 * median(cpu[mode]), median(close_ms[mode]));
   }
   const double r_on = median(paired[1]);
   std::printf("  ratio on/off (default recorder): %.3f (medians), %.3f (median of pairs) -> %s "

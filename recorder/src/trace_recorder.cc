@@ -394,7 +394,10 @@ void TraceRecorder::complete_and_append(recorder_internal::StepSlot& slot) {
       fail(st.with_context("step " + std::to_string(step.step) + ": "));
       return;
     }
+    // The writer is this thread's while steps flow; others read its size from stats_.
+    const uint64_t file_bytes = writer_->stats().file_bytes;
     std::lock_guard<std::mutex> lk(mu_);
+    stats_.file_bytes = file_bytes;
     ++stats_.steps;
     stats_.tokens += static_cast<int64_t>(step.tokens.size());
     stats_.fingerprints += fingerprints;
@@ -476,9 +479,7 @@ Status TraceRecorder::close() {
 
 RecorderStats TraceRecorder::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
-  RecorderStats s = stats_;
-  if (writer_) s.file_bytes = writer_->stats().file_bytes;
-  return s;
+  return stats_;
 }
 
 }  // namespace llmrr
