@@ -1,9 +1,10 @@
 // The engine's forward pass on a device other than the CPU (EngineConfig::device). The
-// engine (engine.cc) keeps everything that is not arithmetic — scheduler, requests, KV block
-// tables, sampler, observer calls around the step — and hands each step's batch to a
-// DeviceForward, which runs it on the device and calls the observers for what happens
-// inside the step (on_plan, on_rows, in the same order as the CPU forward) before it
-// returns the logits of the sampled rows in host memory.
+// engine (Engine::Impl, engine_impl.h) keeps everything that is not arithmetic — scheduler,
+// requests, KV block tables, sampler, observer calls around the step — and hands each step's
+// batch to a DeviceForward (in Engine::Impl::forward, engine_forward.cc), which runs it on
+// the device and calls the observers for what happens inside the step (on_plan, on_rows, in
+// the same order as the CPU forward) before it returns the logits of the sampled rows in
+// host memory.
 #pragma once
 
 #include <memory>

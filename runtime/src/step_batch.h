@@ -1,5 +1,6 @@
-// The batch of one step as the forward pass sees it (engine.cc builds it; the CPU forward
-// in engine.cc and the device forward, device_forward.h, run it).
+// The batch of one step as the forward pass sees it (engine_batch.cc builds it; the CPU
+// forward in engine_forward.cc and engine_moe.cc and the device forward, device_forward.h,
+// run it).
 #pragma once
 
 #include <cstdint>
@@ -38,9 +39,10 @@ struct StepBatch {
   const int32_t* row_map() const { return identity ? nullptr : orig.data(); }
 };
 
-// The questions the forward asks the policy, one builder per op: the CPU forward (engine.cc)
-// and the CUDA forward (cuda/cuda_forward.cc) must ask the same ones, or a trace recorded on
-// one device would not force the same plans on the other. Shapes are the whole step's.
+// The questions the forward asks the policy, one builder per op: the CPU forward
+// (engine_forward.cc, engine_moe.cc) and the CUDA forward (cuda/cuda_forward.cc) must ask the
+// same ones, or a trace recorded on one device would not force the same plans on the other.
+// Shapes are the whole step's.
 inline PlanQuery plan_query(const StepBatch& b, SiteId site, OpKind op) {
   PlanQuery q;
   q.step = b.step;

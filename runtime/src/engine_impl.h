@@ -1,0 +1,107 @@
+// Internal to the engine sources: the engine's state (Engine::Impl) and its member functions,
+// by file. engine.cc: the step loop (scheduler or forced schedule, sampling, finishes),
+// requests and the observer plumbing; engine_batch.cc: a step's batch from its segments
+// (request-alone replay, forced-schedule checks); engine_forward.cc: the CPU forward pass
+// (dense layers) and score_prompt; engine_moe.cc: MoE layers (routing computed, forced or
+// checked against a trace; experts; combine).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "device_forward.h"
+#include "engine_weights.h"
+#include "kv_cache.h"
+#include "step_batch.h"
+#include "llmrr/runtime/engine.h"
+
+namespace llmrr {
+
+// Rounds a [rows, cols] block with leading dimension ld to bf16 in place (engine_forward.cc).
+void bf16_round(float* p, int64_t rows, int64_t cols, int64_t ld);
+// "step N", for messages (engine.cc).
+std::string step_str(int64_t step);
+
+struct Engine::Impl {
+  EngineWeights w;
+  EngineConfig cfg;
+  std::shared_ptr<Policy> policy;
+  std::unique_ptr<kernels::ThreadPool> pool;
+  KvCache kv;
+  Scheduler sched;
+  std::vector<Observer*> obs;
+  ScheduleSource* schedule = nullptr;
+  bool schedule_done = false;
+  RoutingSource* routing_src = nullptr;
+  RoutingMode routing_mode = RoutingMode::kCompute;
+  std::optional<RequestId> isolated;
+  std::unordered_map<RequestId, RequestState> reqs;
+  std::unordered_map<RequestId, std::vector<int32_t>> tables;
+  std::unordered_map<RequestId, std::vector<int32_t>> seqs;  // prompt then generated
+  std::vector<RequestId> order;
+  std::optional<RoutingMismatch> mismatch;
+  EngineStats stats;
+  int64_t next_step = 0;
+
+  // Workspace, reused across steps.
+  std::vector<float> x, h, q, k, v, att, tmp, gate, up, act;
+  std::vector<float> router_logits, scores, eb, eg, eu, ea, eo, comb, sg, su, sa, sd, sscale;
+  std::vector<float> xs, hs, logits;
+  std::vector<int32_t> src, emap, erows;
+  Routing routing;
+  Plan sliced;
+  std::unique_ptr<DeviceForward> device;  // set when the forward pass runs on a GPU
+
+  Impl(EngineWeights weights, const EngineConfig& c, std::shared_ptr<Policy> p)
+      : w(std::move(weights)),
+        cfg(c),
+        policy(std::move(p)),
+        pool(std::make_unique<kernels::ThreadPool>(c.threads)),
+        kv(w.cfg.layers, w.cfg.kv_heads, w.cfg.head_dim, c.kv_block),
+        sched(c.scheduler) {}
+
+  // ---- observer plumbing (engine.cc) ----------------------------------------------------
+
+  uint64_t ask(const StepBatch& b, SiteId site);
+  void emit(uint64_t mask, const StepBatch& b, SiteId site, const float* data, int64_t ld,
+            int64_t rows, int64_t cols, const int32_t* batch_rows);
+  Result<Plan> get_plan(const StepBatch& b, PlanQuery q);
+
+  // ---- ops at sites (engine_forward.cc) ----------------------------------------------------
+
+  Status gemm_site(const StepBatch& b, SiteId site, const float* xin, int64_t ldx, int64_t m,
+                   int64_t plan_m, const kernels::PackedWeight& wt, float* y, int64_t ldy,
+                   const std::vector<float>* bias, bool expert, const int32_t* row_map);
+  Status norm_site(const StepBatch& b, SiteId site, const float* xin, int64_t rows,
+                   int64_t plan_rows, const std::vector<float>& weight, float* y,
+                   const int32_t* row_map);
+  void residual_add(float* xio, const float* d, int64_t rows);
+  void plain_site(const StepBatch& b, SiteId site, const float* data, int64_t ld, int64_t rows,
+                  int64_t cols, const int32_t* row_map);
+
+  // ---- forward (engine_forward.cc; route and moe_mlp in engine_moe.cc) ---------------------
+
+  Status attention_layer(StepBatch& b, int32_t l);
+  Status dense_mlp(StepBatch& b, int32_t l);
+  Status route(StepBatch& b, int32_t l);
+  Status moe_mlp(StepBatch& b, int32_t l);
+  // Runs the batch; fills `logits` ([sampled rows, vocab]).
+  Status forward(StepBatch& b);
+  Result<std::vector<float>> score_prompt(std::span<const int32_t> prompt);
+
+  // ---- steps (engine_batch.cc: build_batch, check_segment; engine.cc) ---------------------
+
+  // Builds the computed rows of `b` from b.full. Validates forced segments.
+  Status build_batch(StepBatch& b, bool forced);
+  Status check_segment(const StepBatch& b, size_t i, const BatchSegment& seg,
+                       const RequestState& r);
+  Result<bool> step();
+  Status add_request(const RequestSpec& spec);
+};
+
+}  // namespace llmrr
