@@ -110,6 +110,7 @@ struct RecordOptions {
   int32_t logits_top_k = 32;
   std::string reference;
   int zstd_level = 1;
+  bool sync = false;
   bool quiet = false;
 };
 
@@ -213,6 +214,10 @@ int run_record_command(int argc, char** argv) {
   app.add_option("--zstd-level", ro.zstd_level,
                  "trace compression: 0 none, 1 fastest (default; near-random fingerprint bytes "
                  "stored), 2-19 zstd on everything (2: ~10 % smaller)");
+  app.add_flag("--sync", ro.sync,
+               "fsync the trace before exiting: a failing or full device that reports errors "
+               "only at write-back (EIO, ENOSPC) then makes the trace lossy and the exit 2, "
+               "instead of going unnoticed");
   app.add_flag("-q,--quiet", ro.quiet, "no progress bar and no summary");
   app.add_option("-o,--output", ro.output, "trace file to write")->required();
   try {
@@ -246,6 +251,7 @@ int run_record_command(int argc, char** argv) {
     return usage_error("--zstd-level must be in [0, 19]");
   rec_opts.top_k = ro.logits_top_k;
   rec_opts.writer.zstd_level = ro.zstd_level;
+  rec_opts.writer.sync_on_close = ro.sync;
   const bool from_file = !ro.requests.empty();
   if (from_file && (!o.prompt.empty() || !o.prompt_ids.empty())) {
     return usage_error("--requests excludes --prompt and --prompt-ids");
@@ -364,14 +370,26 @@ int run_record_command(int argc, char** argv) {
 
   RecorderStats rs = recorder.stats();
   const EngineStats& es = e.stats();
+  // What the file holds (after an I/O error, less than what was recorded; nothing when the
+  // error came before the run header reached it: the writer then removed the file).
+  std::unique_ptr<trace::TraceReader> back;
+  if (!closed.ok() || !ro.quiet) {
+    if (auto r = trace::TraceReader::open(ro.output); r.ok()) back = std::move(*r);
+  }
+  if (!closed.ok() && !back) {
+    std::fprintf(stderr,
+                 "%s: no trace is written (the error came before its run header reached the "
+                 "file); the generated text is complete\n",
+                 kCmd);
+    return fail(closed);
+  }
   if (!ro.quiet) {
-    // What the file holds (after an I/O error, less than what was recorded).
     int64_t steps = rs.steps, tokens = rs.tokens;
     uint64_t bytes = rs.file_bytes;
-    if (auto back = trace::TraceReader::open(ro.output); back.ok()) {
-      steps = (*back)->step_count();
-      tokens = (*back)->token_count();
-      bytes = (*back)->file_size();
+    if (back) {
+      steps = back->step_count();
+      tokens = back->token_count();
+      bytes = back->file_size();
     }
     double per_token = tokens > 0 ? static_cast<double>(bytes) / tokens : 0.0;
     std::string extra;

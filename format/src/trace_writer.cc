@@ -64,10 +64,26 @@ Status internal_error(const std::string& path, const char* what) {
 
 class TraceWriter::Impl {
  public:
-  Impl(std::string path, WriterOptions opt, int fd) : path_(std::move(path)), opt_(opt), fd_(fd) {}
+  Impl(std::string path, WriterOptions opt, int fd, bool created)
+      : path_(std::move(path)), opt_(opt), fd_(fd), created_(created) {
+    struct stat st;
+    if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) {
+      regular_ = true;
+      dev_ = st.st_dev;
+      ino_ = st.st_ino;
+    }
+  }
   ~Impl() {
     if (worker_.joinable()) stop_worker();
     if (fd_ >= 0) ::close(fd_);
+  }
+
+  // After a failed start(): closes the file and removes it if this writer created it (it
+  // holds no trace, not even the file header).
+  void discard() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    remove_if_ours();
   }
 
   Status start() {
@@ -276,13 +292,37 @@ class TraceWriter::Impl {
       std::lock_guard<std::mutex> lk(mu_);
       if (!error_.ok()) st = error_;
     }
+    if (!st.ok() && !run_header_on_disk()) {
+      // The error came before the run header reached the file: nothing in it is readable,
+      // and a footer would not change that. The file goes (when this writer created it).
+      discard();
+      close_status_ = st;
+      return st;
+    }
     Status footer = write_footer(st);
     if (st.ok()) st = footer;
-    if (st.ok() && opt_.sync_on_close && ::fsync(fd_) != 0)
-      st = make_error(ErrorCode::kIo, path_ + ": fsync: " + errno_text(errno));
-    if (::close(fd_) != 0 && st.ok())
-      st = make_error(ErrorCode::kIo, path_ + ": close: " + errno_text(errno));
+    // A failing device often reports a write only at write-back: fsync (or, on network file
+    // systems, close) is where the error surfaces. The footer, written as if all were well,
+    // is then rewritten to say lossy and why.
+    if (st.ok() && opt_.sync_on_close && ::fsync(fd_) != 0) {
+      st = make_error(ErrorCode::kIo, path_ + ": fsync: " + errno_text(errno) +
+                                          "; the trace may not be on the disk whole");
+      if (rewrite_footer(st)) (void)::fsync(fd_);
+    }
+    const int fd = fd_;
     fd_ = -1;
+    if (::close(fd) != 0 && st.ok()) {
+      st = make_error(ErrorCode::kIo, path_ + ": close: " + errno_text(errno) +
+                                          "; the trace may not be on the disk whole");
+      // The descriptor is gone either way; reopen the same file to rewrite the footer.
+      fd_ = regular_ ? ::open(path_.c_str(), O_WRONLY | O_CLOEXEC) : -1;
+      struct stat again;
+      if (fd_ >= 0 && ::fstat(fd_, &again) == 0 && again.st_dev == dev_ && again.st_ino == ino_ &&
+          rewrite_footer(st) && opt_.sync_on_close)
+        (void)::fsync(fd_);
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = -1;
+    }
     close_status_ = st;
     return st;
   }
@@ -315,6 +355,25 @@ class TraceWriter::Impl {
       return error_.with_context(path_ + ": " + op +
                                  ": the writer stopped after an earlier error: ");
     return Status::Ok();
+  }
+
+  bool run_header_on_disk() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return std::any_of(frames_.begin(), frames_.end(),
+                       [](const FrameInfo& f) { return f.kind == FrameKind::kRunHeader; });
+  }
+
+  void remove_if_ours() {
+    if (created_ && regular_) ::unlink(path_.c_str());
+  }
+
+  // Replaces a footer that says the trace is whole with one that says lossy, because of
+  // `why` (an error after the footer was written). Returns whether it did.
+  bool rewrite_footer(const Status& why) {
+    if (footer_at_ == 0 || lossy_) return false;
+    if (::ftruncate(fd_, static_cast<off_t>(footer_at_)) != 0) return false;
+    file_end_ = footer_at_;
+    return write_footer(why).ok();
   }
 
   std::vector<uint8_t> take_buffer() {
@@ -669,14 +728,20 @@ class TraceWriter::Impl {
       return st;
     }
     file_end_ = at + frame.size();
+    footer_at_ = at;
     return Status::Ok();
   }
 
   const std::string path_;
   const WriterOptions opt_;
   int fd_ = -1;
+  const bool created_;    // open() created the file (it did not exist before)
+  bool regular_ = false;  // a regular file (not /dev/full, a pipe, ...): dev_ and ino_ name it
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
 
   // Caller thread only.
+  uint64_t footer_at_ = 0;  // offset of the footer written by close(), 0 before
   bool header_written_ = false;
   bool closed_ = false;
   Status close_status_;
@@ -725,7 +790,12 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path,
     if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
       return make_error(ErrorCode::kIsDirectory,
                         path + ": expected a file to write, found a directory");
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // Whether the file is new decides whether a trace that never got its run header may
+    // be removed again (never a file that was there before: /dev/stdout, say).
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const bool created = fd >= 0;
+    if (fd < 0 && errno == EEXIST)
+      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
       const int e = errno;
       if (e == ENOENT)
@@ -736,8 +806,11 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path,
                           path + ": expected a file to write, found a directory");
       return make_error(ErrorCode::kIo, path + ": cannot create the trace: " + errno_text(e));
     }
-    auto impl = std::make_unique<Impl>(path, options, fd);
-    RETURN_IF_ERROR(impl->start());
+    auto impl = std::make_unique<Impl>(path, options, fd, created);
+    if (Status st = impl->start(); !st.ok()) {
+      impl->discard();
+      return st;
+    }
     return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(impl)));
   });
 }

@@ -36,7 +36,10 @@ struct WriterOptions {
   size_t chunk_target_bytes = 1u << 20;    // close a step chunk once it reaches this
   int max_steps_per_chunk = 1024;          // ... or holds this many steps
   bool shuffle_blobs = true;               // byte-plane shuffle tensor blobs
-  bool sync_on_close = false;              // fsync before close() returns
+  // fsync before close() returns: errors a device reports only at write-back (EIO from a
+  // failing disk, ENOSPC on thin-provisioned or network storage) then reach close()'s
+  // status, and the footer is rewritten to say lossy.
+  bool sync_on_close = false;
 };
 
 struct WriterStats {
@@ -54,7 +57,9 @@ struct WriterStats {
 class TraceWriter {
  public:
   // Creates (truncates) `path` and writes the file header. Fails with kIo / kNotFound /
-  // kIsDirectory naming the path.
+  // kIsDirectory naming the path. A file this call created is removed again when nothing
+  // readable reached it: the file header could not be written here, or the run header
+  // frame failed before close().
   static Result<std::unique_ptr<TraceWriter>> open(const std::string& path,
                                                    WriterOptions options = {});
 
@@ -93,7 +98,9 @@ class TraceWriter {
   void mark_lossy(std::string reason);
 
   // Writes the last chunk, the footer (index, counts, flags) and the trailer, then closes
-  // the file. Idempotent: later calls return the first result.
+  // the file. Idempotent: later calls return the first result. When fsync (sync_on_close)
+  // or close itself fails after a clean footer, the footer is rewritten to say lossy with
+  // that error (the file is reopened after a failed close) and the error is returned.
   Status close();
 
   // The first error seen (ok while healthy).
