@@ -6,7 +6,7 @@
 //
 //   recorder_bench [--models builtin:tiny-moe,smollm2] [--reps 5] [--load 8]
 //                  [--max-tokens 32] [--threads 2] [--capture none|layers|all]
-//                  [--logits topk|full] [--zstd-level 1] [--dir /tmp]
+//                  [--logits topk|full] [--zstd-level 1] [--chunk-kib N] [--dir /tmp]
 //
 // "smollm2" names the cached SmolLM2-135M (tools/fetch-smollm2); it is skipped with a note
 // when absent. Throughput = tokens generated / wall time of engine->run() plus the
@@ -45,6 +45,7 @@ struct Args {
   std::string capture = "layers";
   std::string logits = "topk";
   int zstd_level = 1;
+  int chunk_kib = 0;  // 0 = the writer's default step-chunk target
   std::string dir = "/tmp";
 };
 
@@ -175,6 +176,7 @@ RunResult run_once(const LoadedModel& m, const Args& a, const std::vector<Reques
                                      : trace::CaptureLevel::kLayers;
     o.logits = a.logits == "full" ? trace::LogitsMode::kFull : trace::LogitsMode::kTopK;
     o.writer.zstd_level = a.zstd_level;
+    if (a.chunk_kib > 0) o.writer.chunk_target_bytes = static_cast<size_t>(a.chunk_kib) << 10;
     o.background = background;
     trace::RunHeader h = base_run_header();
     h.model.name = m.identity;
@@ -361,13 +363,15 @@ int main(int argc, char** argv) {
       a.logits = val();
     } else if (k == "--zstd-level") {
       a.zstd_level = std::atoi(val().c_str());
+    } else if (k == "--chunk-kib") {
+      a.chunk_kib = std::atoi(val().c_str());
     } else if (k == "--dir") {
       a.dir = val();
     } else {
       std::fprintf(stderr,
                    "usage: recorder_bench [--models M,M] [--reps N] [--load N] [--max-tokens N] "
                    "[--threads N] [--capture none|layers|all] [--logits topk|full] "
-                   "[--zstd-level L] [--dir DIR]\n");
+                   "[--zstd-level L] [--chunk-kib N] [--dir DIR]\n");
       return 2;
     }
   }
