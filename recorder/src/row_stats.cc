@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -58,29 +59,48 @@ void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) {
   thread_local std::vector<Ranked> c;
   c.clear();
   if (n <= kSmallRow) {
-    // Small rows (byte-level vocabularies): keep the best k in rank order while scanning.
-    // Ids ascend, so a value equal to a kept one ranks after it and stops the shift there.
+    // Small rows (byte-level vocabularies): keep the best k in rank order. Ids ascend, so a
+    // newcomer ranks after every kept entry of equal value: it goes before the first kept
+    // value that is smaller, and only a value above the k-th kept one enters at all.
     c.resize(static_cast<size_t>(k));
     Ranked* best = c.data();
-    int filled = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      int pos;
-      if (filled == k) {
-        if (!(v > best[k - 1].v)) continue;
-        pos = k - 1;
-      } else {
-        pos = filled++;
+    auto insert = [best, k](int filled, float v, int32_t id) {
+      int lo = 0, hi = filled;  // first position whose value is < v
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (best[mid].v < v) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
       }
-      while (pos > 0 && v > best[pos - 1].v) {
-        best[pos] = best[pos - 1];
-        --pos;
-      }
-      best[pos] = {v, static_cast<int32_t>(i)};
+      const int last = filled < k ? filled : k - 1;
+      if (last > lo) std::memmove(best + lo + 1, best + lo, sizeof(Ranked) * (last - lo));
+      best[lo] = {v, id};
+    };
+    for (int i = 0; i < k; ++i) insert(i, x[i], i);
+    int64_t i = k;
+#if defined(__AVX2__)
+    // Most entries are not above the k-th kept value: test eight at a time.
+    __m256 tv = _mm256_set1_ps(best[k - 1].v);
+    for (; i + 8 <= n; i += 8) {
+      int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), tv, _CMP_GT_OQ));
+      if (mask == 0) continue;
+      do {
+        const int j = __builtin_ctz(static_cast<unsigned>(mask));
+        const float v = x[i + j];
+        if (v > best[k - 1].v) insert(k, v, static_cast<int32_t>(i + j));
+        mask &= mask - 1;
+      } while (mask != 0);
+      tv = _mm256_set1_ps(best[k - 1].v);
     }
-    for (int i = 0; i < k; ++i) {
-      ids[i] = best[i].id;
-      values[i] = best[i].v;
+#endif
+    for (; i < n; ++i) {
+      if (x[i] > best[k - 1].v) insert(k, x[i], static_cast<int32_t>(i));
+    }
+    for (int r = 0; r < k; ++r) {
+      ids[r] = best[r].id;
+      values[r] = best[r].v;
     }
     return;
   }
