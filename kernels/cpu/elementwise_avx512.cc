@@ -1,6 +1,8 @@
 // GCC 12 warns spuriously about _mm512_undefined inside its own intrinsics headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include "cpu/internal.h"
 #include "cpu/vec_math_avx512.h"
 

@@ -1,8 +1,10 @@
 // AVX-512 GEMM micro-kernels: R rows × 32 columns (two zmm per row), one fma per k per
 // output in increasing k — the same sequence as the scalar and AVX2 kernels (gemm.cc).
 // GCC 12 warns spuriously about _mm512_undefined inside its own intrinsics headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 
 #include <utility>

@@ -15,8 +15,10 @@
 //   ≥ 2^-24) — the product is the same exact A·c.
 // k-quants (binary32 scales, which are products) keep the multiply and the add.
 // GCC 12 warns spuriously about _mm512_undefined inside its own intrinsics headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

@@ -6,8 +6,7 @@
 namespace llmrr::replay {
 
 TraceFeed::TraceFeed(const trace::TraceReader& reader, ArrivalFn on_arrival, int64_t last_step)
-    : reader_(reader),
-      cursor_(reader.steps(std::numeric_limits<int64_t>::min(), last_step)),
+    : cursor_(reader.steps(std::numeric_limits<int64_t>::min(), last_step)),
       on_arrival_(std::move(on_arrival)) {}
 
 Result<std::optional<ScheduledStep>> TraceFeed::next() {

@@ -70,6 +70,7 @@ TEST(Bpe, MergesByRank) {
   auto t = make(small_spec());
   EXPECT_EQ(t->encode("hello world"), (std::vector<int32_t>{kHell, 'o', kGwo, 'r', 'l', 'd'}));
   EXPECT_EQ(t->encode("hehe"), (std::vector<int32_t>{kHe, kHe}));
+  EXPECT_EQ(t->encode("a w"), (std::vector<int32_t>{'a', kGw}));  // "Ġw" waits for an "o"
   EXPECT_EQ(t->encode("lll"), (std::vector<int32_t>{kLl, 'l'}));  // leftmost first
   EXPECT_EQ(t->encode(""), (std::vector<int32_t>{}));
   EXPECT_EQ(t->vocab_size(), 267);

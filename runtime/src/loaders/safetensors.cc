@@ -26,7 +26,6 @@ using loaders::MappedFile;
 
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;   // safetensors' own limit is 100 MB
 constexpr uint64_t kMaxConfigBytes = 4u << 20;
-constexpr uint64_t kMaxTokenizerBytes = 64u << 20;
 
 struct Entry {
   std::string name;

@@ -46,7 +46,6 @@ class TraceFeed : public ScheduleSource, public PlanSource, public RoutingSource
   int64_t steps_read() const { return steps_read_; }
 
  private:
-  const trace::TraceReader& reader_;
   trace::StepCursor cursor_;
   ArrivalFn on_arrival_;
   trace::StepRecord step_;
