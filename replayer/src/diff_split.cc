@@ -72,13 +72,17 @@ Status Explainer::explain(PairWork* w) {
   d->root_position = d->split_position;
   RETURN_IF_ERROR(read(a_, d->split_step_a, &sa));
   RETURN_IF_ERROR(read(b_, d->split_step_b, &sb));
+  const bool both_all = a_.run_header().engine.capture == trace::CaptureLevel::kAll &&
+                        b_.run_header().engine.capture == trace::CaptureLevel::kAll;
   d->capture_note =
       w->split_row_has_no_sites
           ? "no row fingerprints were captured for this request (capture none, or a trace "
             "from the C ABI without sites): the first difference is known only from the "
             "logits; record with --capture all to name the op"
-          : "every captured site agrees up to the logits: the difference arises after the "
-            "last captured site; record with --capture all to name the op";
+          : both_all ? "every captured site agrees up to the logits, final_norm included: the "
+                       "difference arises in the LM head (the logits GEMM)"
+                     : "every captured site agrees up to the logits: the difference arises after "
+                       "the last captured site; record with --capture all to name the op";
   causes(sa, sb, d);
   return Status::Ok();
 }
