@@ -55,6 +55,7 @@ class Config(ctypes.Structure):
         ("command_line", ctypes.c_char_p),
         ("device_name", ctypes.c_char_p),
         ("device_kind", ctypes.c_char_p),
+        ("sync_on_close", ctypes.c_int32),
     ]
 
 

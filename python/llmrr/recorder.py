@@ -7,6 +7,8 @@
         ...
         rec.end_step()
 
+Settings are the fields of llmrr_recorder_config (e.g. capture="all", zstd_level=3,
+sync_on_close=True); an unknown one raises TypeError.
 Rows are passed as a host address (numpy .ctypes.data, torch .data_ptr()): the library
 fingerprints them in place. Every call raises LlmrrError with llmrr's message on failure.
 """
@@ -24,9 +26,15 @@ class Recorder:
         cfg = _lib.Config()
         L.llmrr_recorder_config_init(ctypes.byref(cfg))
         self._keep = []  # strings must outlive the open call
+        fields = {name for name, _ in _lib.Config._fields_} - {"struct_size"}
         for key, value in config.items():
+            if key not in fields:
+                raise TypeError("llmrr.Recorder: unknown setting %r (llmrr_recorder_config has %s)"
+                                % (key, ", ".join(sorted(fields))))
             if value is None:
                 continue
+            if isinstance(value, bool):
+                value = int(value)
             if key in ("capture",) and isinstance(value, str):
                 value = _lib.CAPTURE[value]
             if key in ("logits_mode",) and isinstance(value, str):

@@ -1,7 +1,7 @@
 /*
  * toy_decode: a tiny C "runtime" that records its decoding loop through the llmrr C ABI.
  *
- *   toy_decode OUT.trace [--splits N] [--capture none|layers|all] [--logits topk|full]
+ *   toy_decode OUT.trace [--splits N] [--capture none|layers|all] [--logits topk|full] [--sync]
  *
  * The model: vocabulary 64, hidden 32, two layers, each x += down(relu(up(x))); a head
  * matrix gives the logits. A row's input is its token's embedding plus the mean of the
@@ -12,6 +12,9 @@
  * --splits N reduces the down projection in N split-K ranges (combined in order), as a GPU
  * library might at small batch: the logits change in their last bits, and the trace records
  * the plan that did it, so `llmrr diff` of two such traces names the op.
+ *
+ * --sync sets sync_on_close: the trace is fsynced at close, and a device error reported only
+ * then (EIO at write-back) fails close and marks the trace lossy.
  */
 #include <math.h>
 #include <stdint.h>
@@ -70,8 +73,8 @@ typedef struct {
 
 static int check(int rc, const char* what) {
   if (rc != LLMRR_OK) {
-    fprintf(stderr, "toy_decode: %s: %s (%d): %s\n", what, llmrr_error_name(rc), rc,
-            llmrr_recorder_last_error());
+    /* The message starts with the code's name and number ("io (200): ..."). */
+    fprintf(stderr, "toy_decode: %s: %s\n", what, llmrr_recorder_last_error());
     exit(1);
   }
   return rc;
@@ -80,7 +83,7 @@ static int check(int rc, const char* what) {
 int main(int argc, char** argv) {
   const char* out = NULL;
   int splits = 1;
-  int capture = LLMRR_CAPTURE_ALL, logits_mode = LLMRR_LOGITS_TOPK;
+  int capture = LLMRR_CAPTURE_ALL, logits_mode = LLMRR_LOGITS_TOPK, sync = 0;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--splits") == 0 && i + 1 < argc) {
       splits = atoi(argv[++i]);
@@ -91,6 +94,8 @@ int main(int argc, char** argv) {
                                            : LLMRR_CAPTURE_ALL;
     } else if (strcmp(argv[i], "--logits") == 0 && i + 1 < argc) {
       logits_mode = strcmp(argv[++i], "full") == 0 ? LLMRR_LOGITS_FULL : LLMRR_LOGITS_TOPK;
+    } else if (strcmp(argv[i], "--sync") == 0) {
+      sync = 1;
     } else if (!out) {
       out = argv[i];
     } else {
@@ -101,7 +106,7 @@ int main(int argc, char** argv) {
   if (!out || splits < 1 || splits > F) {
     fprintf(stderr,
             "usage: toy_decode OUT.trace [--splits N] [--capture none|layers|all] "
-            "[--logits topk|full]\n");
+            "[--logits topk|full] [--sync]\n");
     return 2;
   }
   if (llmrr_recorder_abi_version() != LLMRR_RECORDER_ABI_VERSION) {
@@ -127,6 +132,7 @@ int main(int argc, char** argv) {
   cfg.capture = capture;
   cfg.logits_mode = logits_mode;
   cfg.top_k = 8;
+  cfg.sync_on_close = sync;
   cfg.extra_config_json = "{\"example\": \"recorder/examples/toy_decode.c\"}";
   cfg.command_line = "toy_decode";
   llmrr_recorder* rec = NULL;

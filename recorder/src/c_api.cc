@@ -233,6 +233,9 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     if (c.top_k < 0 || c.top_k > 65536) {
       return bad("top_k must be in [0, 65536], found " + std::to_string(c.top_k));
     }
+    if (c.sync_on_close != 0 && c.sync_on_close != 1) {
+      return bad("sync_on_close must be 0 or 1, found " + std::to_string(c.sync_on_close));
+    }
     if (c.zstd_level < 0 || c.zstd_level > 19) {
       return bad("zstd_level must be in [0, 19], found " + std::to_string(c.zstd_level));
     }
@@ -280,6 +283,7 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     o.logits = static_cast<llmrr::trace::LogitsMode>(c.logits_mode);
     o.top_k = c.top_k;
     o.writer.zstd_level = c.zstd_level;
+    o.writer.sync_on_close = c.sync_on_close != 0;
     llmrr::Result<std::unique_ptr<llmrr::TraceRecorder>> rec =
         llmrr::TraceRecorder::open(path, std::move(h), o);
     if (!rec.ok()) {

@@ -148,6 +148,27 @@ class ReaderTest(unittest.TestCase):
                 self.assertIn(exp["message"].strip(),
                               "incomplete trace " + " ".join(t.header["warnings"]))
 
+    def test_recorder_settings(self):
+        # sync_on_close (fsync at close) writes the same complete trace; a misspelt setting
+        # is an error, not silently ignored.
+        with llmrr.Recorder("sync.trace", model_name="m", layers=1, hidden=4, vocab=8,
+                            sync_on_close=True) as rec:
+            rec.add_request(0, [1, 2], max_tokens=1)
+            rec.begin_step(0, [dict(request=0, start=0, count=2, kind=0, sample=1)])
+            rec.token(0, 2, 5)
+            rec.finish(0, 1, 1)
+            rec.end_step()
+        t = llmrr.open("sync.trace")
+        t.verify()
+        self.assertTrue(t.complete)
+        self.assertEqual(t.generated(0).tolist(), [5])
+        with self.assertRaises(TypeError) as cm:
+            llmrr.Recorder("typo.trace", sync_on_clsoe=True)
+        self.assertIn("sync_on_clsoe", str(cm.exception))
+        with self.assertRaises(llmrr.LlmrrError) as cm:
+            llmrr.Recorder("bad.trace", sync_on_close=2)
+        self.assertIn("sync_on_close must be 0 or 1", str(cm.exception))
+
     def test_missing_file(self):
         with self.assertRaises(llmrr.LlmrrError) as cm:
             llmrr.open("no/such.trace")

@@ -142,6 +142,10 @@ typedef struct llmrr_recorder_config {
   const char* command_line;
   const char* device_name; /* e.g. "NVIDIA H100" (optional; default: the host CPU) */
   const char* device_kind; /* "cpu" (default) or "cuda" */
+  /* 1: fsync the trace in llmrr_recorder_close(), so a device that reports a failure only at
+   * write-back (EIO, ENOSPC on a full or failing disk) makes close return an error and the
+   * trace's footer say lossy, instead of the loss going unnoticed. Default 0. */
+  int32_t sync_on_close;
 } llmrr_recorder_config;
 
 /* One request (a prompt and its sampling parameters). */
