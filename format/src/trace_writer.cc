@@ -286,8 +286,8 @@ class TraceWriter::Impl {
       std::lock_guard<std::mutex> lk(mu_);
       st = error_;
     }
-    if (st.ok()) st = flush_chunk();
-    stop_worker();
+    if (st.ok()) st = flush_last_chunk();
+    if (!closing_inline_) stop_worker();  // else the destructor stops it
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (!error_.ok()) st = error_;
@@ -386,6 +386,11 @@ class TraceWriter::Impl {
 
   Status flush_chunk() {
     if (chunk_.steps() == 0) return Status::Ok();
+    return submit(chunk_job());
+  }
+
+  // The pending step chunk as a job (the chunk builder starts over).
+  Job chunk_job() {
     Job job;
     job.kind = FrameKind::kStepChunk;
     job.first = chunk_.first_step();
@@ -401,7 +406,7 @@ class TraceWriter::Impl {
     pending_arrived_.clear();
     pending_finished_.clear();
     job.cost = job.raw.size();
-    return submit(std::move(job));
+    return job;
   }
 
   Status submit(Job&& job) {
@@ -435,11 +440,7 @@ class TraceWriter::Impl {
   void worker_loop() {
     constexpr size_t kMaxBatchJobs = 64;
     constexpr uint64_t kMaxBatchRaw = 4u << 20;
-    detail::ZstdCompressor zstd;
-    std::vector<detail::Buffer> encoded(kMaxBatchJobs);
-    detail::Buffer scratch;
     std::vector<Job> batch;
-    std::vector<FrameInfo> infos;
     for (;;) {
       bool failed;
       uint32_t index;
@@ -459,41 +460,74 @@ class TraceWriter::Impl {
         failed = !error_.ok();
         index = static_cast<uint32_t>(frames_.size());
       }
-      Status st = Status::Ok();
-      size_t written = 0;  // jobs whose frames are whole on disk
-      infos.assign(batch.size(), FrameInfo());
-      if (!failed) {
-        try {
-          for (size_t k = 0; k < batch.size() && st.ok(); ++k)
-            st = encode(batch[k], index + static_cast<uint32_t>(k), zstd, &encoded[k], &scratch,
-                        &infos[k]);
-          if (st.ok()) st = write_frames(encoded, infos, index, &written);
-        } catch (const std::bad_alloc&) {
-          st = make_error(ErrorCode::kResourceLimit,
-                          path_ + ": out of memory encoding frame " + std::to_string(index));
-        } catch (const std::exception& e) {
-          st = make_error(ErrorCode::kInternal, path_ + ": " + e.what());
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        busy_ = false;
-        for (size_t k = 0; k < batch.size(); ++k) {
-          Job& job = batch[k];
-          in_flight_ -= job.cost;
-          if (!failed && k < written) commit(job, infos[k]);
-          // Hand large payload buffers back for reuse (their capacity is what we keep): fresh
-          // megabyte allocations cost page faults on every frame.
-          if (job.raw.capacity() >= (64u << 10) && pool_.size() < 8) {
-            job.raw.clear();
-            pool_.push_back(std::move(job.raw));
-          }
-        }
-        if (!failed && !st.ok() && error_.ok()) error_ = st;
-      }
+      run_batch(batch, index, failed);
       cv_.notify_all();
     }
   }
+
+  // Encodes the batch's frames (first index `index`), appends them, commits those whole on
+  // disk and clears busy_. Runs on whichever thread set busy_: the writer's, or close().
+  void run_batch(std::vector<Job>& batch, uint32_t index, bool failed) {
+    Status st = Status::Ok();
+    size_t written = 0;  // jobs whose frames are whole on disk
+    if (encoded_.size() < batch.size()) encoded_.resize(batch.size());
+    infos_.assign(batch.size(), FrameInfo());
+    if (!failed) {
+      try {
+        for (size_t k = 0; k < batch.size() && st.ok(); ++k)
+          st = encode(batch[k], index + static_cast<uint32_t>(k), zstd_, &encoded_[k], &scratch_,
+                      &infos_[k]);
+        if (st.ok()) st = write_frames(encoded_, infos_, index, &written);
+      } catch (const std::bad_alloc&) {
+        st = make_error(ErrorCode::kResourceLimit,
+                        path_ + ": out of memory encoding frame " + std::to_string(index));
+      } catch (const std::exception& e) {
+        st = make_error(ErrorCode::kInternal, path_ + ": " + e.what());
+      }
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    busy_ = false;
+    for (size_t k = 0; k < batch.size(); ++k) {
+      Job& job = batch[k];
+      in_flight_ -= job.cost;
+      if (!failed && k < written) commit(job, infos_[k]);
+      // Hand large payload buffers back for reuse (their capacity is what we keep): fresh
+      // megabyte allocations cost page faults on every frame.
+      if (job.raw.capacity() >= (64u << 10) && pool_.size() < 8) {
+        job.raw.clear();
+        pool_.push_back(std::move(job.raw));
+      }
+    }
+    if (!failed && !st.ok() && error_.ok()) error_ = st;
+  }
+
+  // close(): the last chunk. When the writer's thread is idle with nothing queued, this
+  // thread encodes and writes it (waking that thread would cost a futex call and, on a
+  // virtual machine, an interprocessor interrupt, then its wake-up latency); else it is
+  // queued behind the rest.
+  Status flush_last_chunk() {
+    if (chunk_.steps() == 0) return Status::Ok();
+    Job job = chunk_job();
+    uint32_t index = 0;
+    bool mine = false;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (queue_.empty() && !busy_ && error_.ok() && worker_.joinable()) {
+        busy_ = true;  // the writer's thread stays asleep; nothing is submitted after close
+        closing_inline_ = true;
+        mine = true;
+        in_flight_ += job.cost;
+        index = static_cast<uint32_t>(frames_.size());
+      }
+    }
+    if (!mine) return submit(std::move(job));
+    std::vector<Job> batch;
+    batch.push_back(std::move(job));
+    run_batch(batch, index, /*failed=*/false);
+    std::lock_guard<std::mutex> lk(mu_);
+    return error_;
+  }
+
 
   // Records a frame that is whole on disk (under mu_).
   void commit(Job& job, const FrameInfo& info) {
@@ -762,6 +796,12 @@ class TraceWriter::Impl {
   std::deque<Job> queue_;
   bool stop_ = false;
   bool busy_ = false;
+  bool closing_inline_ = false;  // close() wrote the last chunk itself (the thread idles)
+  // Frame encoding state, used by the thread that set busy_.
+  detail::ZstdCompressor zstd_;
+  std::vector<detail::Buffer> encoded_;
+  detail::Buffer scratch_;
+  std::vector<FrameInfo> infos_;
   uint64_t in_flight_ = 0;
   Status error_;
   std::vector<FrameInfo> frames_;

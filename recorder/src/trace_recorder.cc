@@ -116,7 +116,10 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& pa
   if (options.background) {
     try {
       TraceRecorder* r = rec.get();
+      const int cores = static_cast<int>(std::thread::hardware_concurrency());
+      rec->own_core_ = header.engine.threads >= 1 && header.engine.threads < cores;
       rec->worker_ = std::thread([r] { r->worker_loop(); });
+      rec->pipelined_ = true;
     } catch (const std::system_error&) {
       // No thread to be had: complete steps inline instead (same records).
     }
@@ -126,6 +129,7 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& pa
 
 TraceRecorder::~TraceRecorder() {
   if (!closed_) (void)close();
+  if (worker_.joinable()) worker_.join();
 }
 
 Status TraceRecorder::status() const {
@@ -312,40 +316,101 @@ void TraceRecorder::on_step_end(int64_t step) {
     return;
   }
   // Step N−1 must be appended before step N goes: its verdict is known from here on, and
-  // its slot becomes the next one to fill.
-  wait_idle();
+  // its slot becomes the next one to fill. If the recorder's thread has not taken it yet,
+  // this thread completes it (the same work, here rather than there).
+  std::unique_lock<std::mutex> lk(mu_);
+  settle_in_flight(lk);
   if (!recording()) return;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    in_flight_ = std::move(current_);
-    current_ = std::move(spare_);
+  const auto now = std::chrono::steady_clock::now();
+  if (handoffs_ > 0) {
+    // The step period, smoothed, for the recorder's thread to plan its next look.
+    const int64_t dt =
+        std::chrono::duration_cast<std::chrono::microseconds>(now - last_handoff_).count();
+    const int64_t sample = std::clamp<int64_t>(dt, 20, 4 * std::max<int64_t>(period_us_, 20));
+    period_us_ = handoffs_ == 1 ? sample : (7 * period_us_ + sample) / 8;
   }
-  cv_.notify_all();
+  ++handoffs_;
+  last_handoff_ = now;
+  in_flight_ = std::move(current_);
+  current_ = std::move(spare_);
+  // Waking a sleeping thread costs this one a futex call and, on a virtual machine, an
+  // interprocessor interrupt (~40 µs per step measured on the bench machine, about the
+  // step's whole completion). When the engine leaves a core free, the recorder's thread
+  // looks on its own clock instead, and is woken only when it would sleep past the next
+  // step's end (the first step, or after a pause). When the engine's threads fill every
+  // core, a thread that wakes on its own clock preempts them at random moments and is
+  // often late (the engine then completes the step itself); waking it at once measured
+  // better there.
+  const bool wake =
+      !own_core_ || worker_wakes_at_ > now + std::chrono::microseconds(period_us_);
+  lk.unlock();
+  if (wake) cv_.notify_all();
   LLMRR_RECORDER_GUARD_END
 }
 
-void TraceRecorder::wait_idle() {
-  std::unique_lock<std::mutex> lk(mu_);
+void TraceRecorder::settle_in_flight(std::unique_lock<std::mutex>& lk) {
+  if (!in_flight_) return;
+  if (!claimed_) {
+    claimed_ = true;
+    recorder_internal::StepSlot* slot = in_flight_.get();
+    lk.unlock();
+    complete_and_append(*slot);
+    lk.lock();
+    spare_ = std::move(in_flight_);
+    claimed_ = false;
+    ++stats_.inline_steps;
+    return;
+  }
+  engine_waiting_ = true;
   cv_.wait(lk, [&] { return in_flight_ == nullptr; });
+  engine_waiting_ = false;
 }
 
 // ---- the recorder's side -----------------------------------------------------------------
 
 void TraceRecorder::worker_loop() {
+  using clock = std::chrono::steady_clock;
+  std::unique_lock<std::mutex> lk(mu_);
+  int misses = 0;  // looks in a row that found nothing
   for (;;) {
-    recorder_internal::StepSlot* slot;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return in_flight_ != nullptr || stop_worker_; });
-      if (in_flight_ == nullptr) return;
-      slot = in_flight_.get();
-    }
-    complete_and_append(*slot);
-    {
-      std::lock_guard<std::mutex> lk(mu_);
+    if (in_flight_ && !claimed_) {
+      claimed_ = true;
+      recorder_internal::StepSlot* slot = in_flight_.get();
+      lk.unlock();
+      complete_and_append(*slot);
+      lk.lock();
       spare_ = std::move(in_flight_);
+      claimed_ = false;
+      if (engine_waiting_) cv_.notify_all();  // it sleeps anyway; the wake costs it nothing
+      misses = 0;
+      continue;
     }
-    cv_.notify_all();
+    if (stop_worker_) return;
+    // With a core of its own: look again three quarters into the next step (by the
+    // smoothed period); when it is late, back off so that an engine which pauses costs next
+    // to nothing: period / 8, doubling, up to 5 ms. A step not taken by the time the next
+    // one ends is completed by the engine's thread.
+    const auto now = clock::now();
+    const auto period = std::chrono::microseconds(std::max<int64_t>(period_us_, 50));
+    const auto due = last_handoff_ + period * 3 / 4;
+    clock::time_point at;
+    if (!own_core_) {
+      at = clock::time_point::max();  // woken by each handoff
+    } else if (handoffs_ > 0 && due > now && misses == 0) {
+      at = due;
+    } else {
+      const auto backoff = std::min<std::chrono::microseconds>(
+          (period / 8) * (int64_t{1} << std::min(misses, 10)), std::chrono::milliseconds(5));
+      at = now + backoff;
+      ++misses;
+    }
+    worker_wakes_at_ = at;
+    if (at == clock::time_point::max()) {
+      cv_.wait(lk);
+    } else {
+      cv_.wait_until(lk, at);
+    }
+    worker_wakes_at_ = clock::time_point::max();  // awake
   }
 }
 
@@ -448,13 +513,14 @@ Status TraceRecorder::record_full_logits(const float* logits, const trace::Logit
 Status TraceRecorder::close() {
   if (closed_) return status();
   if (pipelined()) {
-    wait_idle();
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_worker_ = true;
-    }
+    // The last step handed over is completed here if the recorder's thread has not taken
+    // it. The thread is told to stop; it is joined by the destructor, so close() does not
+    // wait for it to wake up only to leave.
+    std::unique_lock<std::mutex> lk(mu_);
+    settle_in_flight(lk);
+    stop_worker_ = true;
+    lk.unlock();
     cv_.notify_all();
-    worker_.join();
   }
   if (!writer_) {
     closed_ = true;

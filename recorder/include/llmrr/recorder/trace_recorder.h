@@ -30,6 +30,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -80,6 +81,9 @@ struct RecorderStats {
   int64_t blobs = 0;
   int64_t xor_blobs = 0;  // blobs stored as XOR against the reference
   uint64_t file_bytes = 0;
+  // Steps the engine's thread completed itself at the next step's end because the
+  // recorder's thread had not taken them yet (pipelined only; a busy machine raises it).
+  int64_t inline_steps = 0;
 };
 
 class TraceRecorder final : public Observer {
@@ -119,7 +123,7 @@ class TraceRecorder final : public Observer {
   RecorderStats stats() const;
   // Whether steps are completed on the recorder's thread (RecorderOptions::background and
   // the thread could be started).
-  bool pipelined() const { return worker_.joinable(); }
+  bool pipelined() const { return pipelined_; }
   const std::string& path() const { return path_; }
 
  private:
@@ -132,8 +136,9 @@ class TraceRecorder final : public Observer {
   Status record_full_logits(const float* logits, const trace::LogitsRecord& rec,
                             int64_t step, int64_t* blob_id);
   void worker_loop();
-  // Engine side: waits until no slot is in flight.
-  void wait_idle();
+  // Engine side, under mu_ (held by lk): makes sure no slot is in flight, completing it on
+  // this thread when the recorder's thread has not taken it, waiting when it has.
+  void settle_in_flight(std::unique_lock<std::mutex>& lk);
 
   std::string path_;
   RecorderOptions options_;
@@ -151,11 +156,25 @@ class TraceRecorder final : public Observer {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unique_ptr<recorder_internal::StepSlot> in_flight_;  // handed over, not yet appended
+  bool claimed_ = false;         // a thread is completing in_flight_
+  bool engine_waiting_ = false;  // the engine's thread waits for in_flight_ to be appended
   bool stop_worker_ = false;
+  // When steps are handed over: the last time and the smoothed period (the recorder's
+  // thread wakes on this clock instead of being woken for each step).
+  std::chrono::steady_clock::time_point last_handoff_;
+  int64_t period_us_ = 1000;
+  int64_t handoffs_ = 0;
+  // When the recorder's thread will look next (max() while it is awake).
+  std::chrono::steady_clock::time_point worker_wakes_at_ =
+      std::chrono::steady_clock::time_point::max();
   Status status_;
   std::string lossy_reason_;  // the first reason; applied to the writer at close
   RecorderStats stats_;
   std::thread worker_;
+  bool pipelined_ = false;  // worker_ was started (set once, before any step)
+  // The engine leaves a core free (header.engine.threads < cores): the recorder's thread
+  // wakes on its own clock rather than being woken for each step.
+  bool own_core_ = false;
 
   // Recorder side only: prompt hash per request (XOR reference lookup) and the
   // reference's blobs by (prompt hash, position).
