@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -217,6 +219,88 @@ TEST_P(RefusedRecord, StopsRecordingAndKeepsEarlierSteps) {
 INSTANTIATE_TEST_SUITE_P(Modes, RefusedRecord, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "Pipelined" : "Inline");
+                         });
+
+// The hand-off between the engine's thread and the recorder's: with a core left free
+// (header.engine.threads below the cores) the recorder's thread looks on the step period and
+// is not woken per step; otherwise it is. Either way a step it has not taken by the next
+// step's end is completed by the engine's thread. Steps back to back (the engine's thread
+// completes many) and steps with pauses (the recorder's thread takes them) all land, in
+// order, with the right contents.
+class HandOff : public ::testing::TestWithParam<int> {};
+
+TEST_P(HandOff, EveryStepLandsWhicheverThreadCompletesIt) {
+  const int engine_threads = GetParam();
+  const std::string path = temp_path("handoff" + std::to_string(engine_threads) + ".trace");
+  trace::RunHeader h = base_run_header();
+  h.engine.threads = engine_threads;
+  auto rec_or = TraceRecorder::open(path, h);
+  ASSERT_TRUE(rec_or.ok()) << rec_or.status().to_string();
+  TraceRecorder& rec = **rec_or;
+  ASSERT_TRUE(rec.pipelined());
+  constexpr int kSteps = 120;
+  std::vector<float> logits(64);
+  RequestSpec r;
+  r.id = 3;
+  r.prompt = {1, 2};
+  r.max_tokens = kSteps;
+  rec.on_arrival(0, r);
+  for (int64_t step = 0; step < kSteps; ++step) {
+    StepInfo info;
+    info.step = step;
+    std::vector<BatchSegment> segs = {
+        {3, step == 0 ? 0 : 1 + static_cast<int32_t>(step), step == 0 ? 2 : 1,
+         step == 0 ? 0 : 1 + static_cast<int32_t>(step),
+         step == 0 ? SegmentKind::kPrefill : SegmentKind::kDecode, true}};
+    info.segments = segs;
+    info.rows = segs[0].count;
+    rec.on_step(info);
+    for (int i = 0; i < 64; ++i) logits[i] = (i == step % 64) ? 10.0f : 0.01f * i;
+    LogitsView lv;
+    lv.step = step;
+    lv.request = 3;
+    lv.position = 1 + static_cast<int32_t>(step);
+    lv.batch_row = segs[0].count - 1;
+    lv.logits = logits.data();
+    lv.vocab = 64;
+    rec.on_logits(lv);
+    std::fill(logits.begin(), logits.end(), -1.0f);  // the view dies with the callback
+    TokenEvent t;
+    t.step = step;
+    t.request = 3;
+    t.position = lv.position + 1;
+    t.token = static_cast<int32_t>(step % 64);
+    rec.on_token(t);
+    rec.on_step_end(step);
+    // Pauses in the first third: the recorder's thread has time to take those steps.
+    if (step < kSteps / 3 && step % 4 == 0) usleep(3000);
+    ASSERT_TRUE(rec.status().ok()) << rec.status().to_string();
+  }
+  ASSERT_TRUE(rec.close().ok()) << rec.status().to_string();
+  const RecorderStats st = rec.stats();
+  EXPECT_EQ(st.steps, kSteps);
+  EXPECT_GE(st.inline_steps, 0);
+  EXPECT_LE(st.inline_steps, kSteps);
+  auto reader = open_reader(path);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_EQ(reader->step_count(), kSteps);
+  for (int64_t step = 0; step < kSteps; ++step) {
+    trace::StepRecord s;
+    ASSERT_TRUE(reader->read_step(step, &s).ok());
+    ASSERT_EQ(s.step, step);
+    ASSERT_EQ(s.logits.size(), 1u);
+    EXPECT_EQ(s.logits[0].top_ids[0], step % 64) << "step " << step;
+    EXPECT_EQ(s.logits[0].top_values[0], 10.0f);
+    ASSERT_EQ(s.tokens.size(), 1u);
+    EXPECT_EQ(s.tokens[0].token, step % 64);
+  }
+  EXPECT_TRUE(reader->verify().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(EngineThreads, HandOff, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? std::string("Unknown_WokenPerStep")
+                                                  : std::string("One_LooksOnItsClock");
                          });
 
 // Callbacks out of order, after close, or with views the recorder cannot record: no crash,
