@@ -69,12 +69,16 @@ struct StepSlot {
   std::vector<PendingRows> rows;
   std::vector<PendingLogits> logits;
   FloatArena arena;
+  // The copy of the "logits" site's rows, when this step has one (index into rows, or −1):
+  // a logits view the engine marks as one of those rows is not copied again.
+  int64_t logits_site_rows = -1;
 
   void clear() {
     step.clear();
     rows.clear();
     logits.clear();
     arena.clear();
+    logits_site_rows = -1;
   }
 };
 

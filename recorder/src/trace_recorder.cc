@@ -236,6 +236,8 @@ void TraceRecorder::on_rows(const RowsView& v) {
     p.rows = v.rows;
     p.cols = v.cols;
     p.offset = slot.arena.take(static_cast<size_t>(v.rows * v.cols));
+    if (v.site == SiteId{SiteKind::kLogits, -1, -1})
+      slot.logits_site_rows = static_cast<int64_t>(slot.rows.size());
     float* dst = slot.arena.at(p.offset);
     const size_t row_bytes = static_cast<size_t>(v.cols) * sizeof(float);
     if (v.ld == v.cols) {
@@ -284,8 +286,18 @@ void TraceRecorder::on_logits(const LogitsView& v) {
   recorder_internal::PendingLogits p;
   p.index = slot.step.logits.size();
   p.vocab = v.vocab;
-  p.offset = slot.arena.take(static_cast<size_t>(v.vocab));
-  if (v.vocab > 0) std::memcpy(slot.arena.at(p.offset), v.logits, static_cast<size_t>(v.vocab) * sizeof(float));
+  const recorder_internal::PendingRows* site =
+      slot.logits_site_rows >= 0 ? &slot.rows[static_cast<size_t>(slot.logits_site_rows)] : nullptr;
+  if (v.logits_site_row >= 0 && site != nullptr && v.logits_site_row < site->rows &&
+      site->cols == v.vocab) {
+    // The engine says this row is one of the logits site's rows it reported this step,
+    // unchanged since: the copy made then serves.
+    p.offset = site->offset + static_cast<size_t>(v.logits_site_row * v.vocab);
+  } else {
+    p.offset = slot.arena.take(static_cast<size_t>(v.vocab));
+    if (v.vocab > 0)
+      std::memcpy(slot.arena.at(p.offset), v.logits, static_cast<size_t>(v.vocab) * sizeof(float));
+  }
   slot.logits.push_back(p);
   slot.step.logits.push_back(std::move(rec));
   LLMRR_RECORDER_GUARD_END

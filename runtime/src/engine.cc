@@ -151,6 +151,7 @@ Result<bool> Engine::Impl::step() {
     lv.batch_row = b.sampled_orig[i];
     lv.logits = logits.data() + static_cast<int64_t>(i) * V;
     lv.vocab = V;
+    lv.logits_site_row = static_cast<int64_t>(i);  // forward() reported these as the logits site
     for (Observer* o : obs) o->on_logits(lv);
     TokenEvent t;
     t.step = b.step;

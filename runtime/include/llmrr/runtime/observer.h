@@ -96,6 +96,10 @@ struct LogitsView {
   int64_t batch_row = 0;
   const float* logits = nullptr;
   int64_t vocab = 0;
+  // >= 0: these floats are row `logits_site_row` of the rows this step reported for the
+  // "logits" site (on_rows), unchanged since: an observer that copied those may use its copy.
+  // −1 (a C ABI caller, or no such promise): a row of its own.
+  int64_t logits_site_row = -1;
 };
 
 struct TokenEvent {
