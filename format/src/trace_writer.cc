@@ -746,11 +746,12 @@ class TraceWriter::Impl {
                         path_ + ": footer: expected at most 16 MiB, found " +
                             std::to_string(job.raw.size()) +
                             " bytes; the trace has no footer and reads by scanning");
-    detail::ZstdCompressor zstd;
-    detail::Buffer frame, scratch;
+    // The frame encoder the writer's thread used: it is idle or gone now, and a fresh
+    // compression context would cost its allocation and page faults on close's path.
+    detail::Buffer frame;
     FrameInfo info;
     RETURN_IF_ERROR(
-        encode(job, static_cast<uint32_t>(frames_.size()), zstd, &frame, &scratch, &info));
+        encode(job, static_cast<uint32_t>(frames_.size()), zstd_, &frame, &scratch_, &info));
     const uint64_t at = file_end_;
     uint8_t trailer[kTrailerBytes];
     detail::encode_trailer(at, trailer);

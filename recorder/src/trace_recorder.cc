@@ -129,7 +129,10 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& pa
 
 TraceRecorder::~TraceRecorder() {
   if (!closed_) (void)close();
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable()) {
+    cv_.notify_all();  // stop_worker_ is set
+    worker_.join();
+  }
 }
 
 Status TraceRecorder::status() const {
@@ -398,13 +401,13 @@ void TraceRecorder::worker_loop() {
       continue;
     }
     if (stop_worker_) return;
-    // With a core of its own: look again three quarters into the next step (by the
+    // With a core of its own: look again halfway into the next step (by the
     // smoothed period); when it is late, back off so that an engine which pauses costs next
     // to nothing: period / 8, doubling, up to 5 ms. A step not taken by the time the next
     // one ends is completed by the engine's thread.
     const auto now = clock::now();
     const auto period = std::chrono::microseconds(std::max<int64_t>(period_us_, 50));
-    const auto due = last_handoff_ + period * 3 / 4;
+    const auto due = last_handoff_ + period / 2;
     clock::time_point at;
     if (!own_core_) {
       at = clock::time_point::max();  // woken by each handoff
@@ -526,13 +529,11 @@ Status TraceRecorder::close() {
   if (closed_) return status();
   if (pipelined()) {
     // The last step handed over is completed here if the recorder's thread has not taken
-    // it. The thread is told to stop; it is joined by the destructor, so close() does not
-    // wait for it to wake up only to leave.
+    // it. The thread is told to stop, but woken and joined only by the destructor: close()
+    // neither pays for the wake nor waits for it to wake up only to leave.
     std::unique_lock<std::mutex> lk(mu_);
     settle_in_flight(lk);
     stop_worker_ = true;
-    lk.unlock();
-    cv_.notify_all();
   }
   if (!writer_) {
     closed_ = true;
