@@ -363,16 +363,21 @@ void TraceRecorder::on_step_end(int64_t step) {
   LLMRR_RECORDER_GUARD_END
 }
 
+bool TraceRecorder::take_in_flight(std::unique_lock<std::mutex>& lk) {
+  if (!in_flight_ || claimed_) return false;
+  claimed_ = true;
+  recorder_internal::StepSlot* slot = in_flight_.get();
+  lk.unlock();
+  complete_and_append(*slot);
+  lk.lock();
+  spare_ = std::move(in_flight_);
+  claimed_ = false;
+  return true;
+}
+
 void TraceRecorder::settle_in_flight(std::unique_lock<std::mutex>& lk) {
   if (!in_flight_) return;
-  if (!claimed_) {
-    claimed_ = true;
-    recorder_internal::StepSlot* slot = in_flight_.get();
-    lk.unlock();
-    complete_and_append(*slot);
-    lk.lock();
-    spare_ = std::move(in_flight_);
-    claimed_ = false;
+  if (take_in_flight(lk)) {
     ++stats_.inline_steps;
     return;
   }
@@ -388,14 +393,7 @@ void TraceRecorder::worker_loop() {
   std::unique_lock<std::mutex> lk(mu_);
   int misses = 0;  // looks in a row that found nothing
   for (;;) {
-    if (in_flight_ && !claimed_) {
-      claimed_ = true;
-      recorder_internal::StepSlot* slot = in_flight_.get();
-      lk.unlock();
-      complete_and_append(*slot);
-      lk.lock();
-      spare_ = std::move(in_flight_);
-      claimed_ = false;
+    if (take_in_flight(lk)) {
       if (engine_waiting_) cv_.notify_all();  // it sleeps anyway; the wake costs it nothing
       misses = 0;
       continue;

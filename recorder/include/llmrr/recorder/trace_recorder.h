@@ -139,6 +139,9 @@ class TraceRecorder final : public Observer {
   // Engine side, under mu_ (held by lk): makes sure no slot is in flight, completing it on
   // this thread when the recorder's thread has not taken it, waiting when it has.
   void settle_in_flight(std::unique_lock<std::mutex>& lk);
+  // Any thread, under mu_ (held by lk, released while it works): completes and appends the
+  // slot in flight if no thread has taken it. Whether it did.
+  bool take_in_flight(std::unique_lock<std::mutex>& lk);
 
   std::string path_;
   RecorderOptions options_;
