@@ -10,7 +10,8 @@
 Settings are the fields of llmrr_recorder_config (e.g. capture="all", zstd_level=3,
 sync_on_close=True); an unknown one raises TypeError.
 Rows are passed as a host address (numpy .ctypes.data, torch .data_ptr()): the library
-fingerprints them in place. Every call raises LlmrrError with llmrr's message on failure.
+copies what it needs before the call returns (the buffer may be reused at once). Every call
+raises LlmrrError with llmrr's message on failure.
 """
 import ctypes
 import os
