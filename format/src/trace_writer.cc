@@ -528,7 +528,6 @@ class TraceWriter::Impl {
     return error_;
   }
 
-
   // Records a frame that is whole on disk (under mu_).
   void commit(Job& job, const FrameInfo& info) {
     frames_.push_back(info);

@@ -119,7 +119,6 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& pa
       const int cores = static_cast<int>(std::thread::hardware_concurrency());
       rec->own_core_ = header.engine.threads >= 1 && header.engine.threads < cores;
       rec->worker_ = std::thread([r] { r->worker_loop(); });
-      rec->pipelined_ = true;
     } catch (const std::system_error&) {
       // No thread to be had: complete steps inline instead (same records).
     }

@@ -123,7 +123,7 @@ class TraceRecorder final : public Observer {
   RecorderStats stats() const;
   // Whether steps are completed on the recorder's thread (RecorderOptions::background and
   // the thread could be started).
-  bool pipelined() const { return pipelined_; }
+  bool pipelined() const { return worker_.joinable(); }
   const std::string& path() const { return path_; }
 
  private:
@@ -174,7 +174,6 @@ class TraceRecorder final : public Observer {
   std::string lossy_reason_;  // the first reason; applied to the writer at close
   RecorderStats stats_;
   std::thread worker_;
-  bool pipelined_ = false;  // worker_ was started (set once, before any step)
   // The engine leaves a core free (header.engine.threads < cores): the recorder's thread
   // wakes on its own clock rather than being woken for each step.
   bool own_core_ = false;
