@@ -3,7 +3,9 @@
 // claims indices from one atomic counter. The caller never waits for a worker that has not
 // joined the job yet (on a busy machine a sleeping or preempted worker would otherwise stall
 // every call): it waits until every index is done, closes the job, and then waits only for
-// workers that had already joined to leave.
+// workers that had already joined to leave. A worker that has waited kIdleAfterUs for a job
+// lends itself to the idle task, if one is set (a recorder completing its steps in the
+// engine's serial phases instead of preempting it).
 #include "llmrr/kernels/threadpool.h"
 
 #include <immintrin.h>
@@ -30,6 +32,30 @@ struct ThreadPool::Impl {
   int64_t n = 0;
   alignas(64) std::atomic<int64_t> next{0};
   alignas(64) std::atomic<int64_t> done{0};
+  alignas(64) std::atomic<IdleTask*> idle{nullptr};
+  std::atomic<int> in_idle{0};  // workers inside idle->run()
+
+  struct Signal final : JobSignal {
+    const std::atomic<uint64_t>* generation;
+    uint64_t seen;
+    bool job_waiting() const override {
+      return generation->load(std::memory_order_relaxed) != seen;
+    }
+  };
+
+  // Dekker-style with set_idle_task: announce, then look; the setter stores, then waits
+  // until nobody is inside.
+  bool run_idle(uint64_t seen) {
+    if (idle.load(std::memory_order_relaxed) == nullptr) return false;
+    in_idle.fetch_add(1, std::memory_order_seq_cst);
+    IdleTask* t = idle.load(std::memory_order_seq_cst);
+    Signal signal;
+    signal.generation = &generation;
+    signal.seen = seen;
+    const bool did = t != nullptr && t->run(signal);
+    in_idle.fetch_sub(1, std::memory_order_release);
+    return did;
+  }
 
   void run_tasks() {
     const auto& f = *fn;
@@ -50,13 +76,20 @@ struct ThreadPool::Impl {
       if (g == seen) {
         // Spin a little: the engine issues ops back to back, and a futex wake costs more
         // than most small ops.
-        const auto start = std::chrono::steady_clock::now();
+        using clock = std::chrono::steady_clock;
+        auto start = clock::now();
         for (int spins = 1; g == seen; ++spins) {
           _mm_pause();
           g = generation.load(std::memory_order_acquire);
-          if ((spins & 255) == 0) {
+          if ((spins & 31) == 0 && g == seen) {
             if (stop.load(std::memory_order_relaxed)) return;
-            if (std::chrono::steady_clock::now() - start > std::chrono::microseconds(300)) break;
+            const auto waited = clock::now() - start;
+            if (waited > std::chrono::microseconds(kIdleAfterUs) && run_idle(seen)) {
+              start = clock::now();  // a serial phase may go on: wait (and help) again
+              g = generation.load(std::memory_order_acquire);
+              continue;
+            }
+            if (waited > std::chrono::microseconds(300)) break;
           }
         }
         if (g == seen) {
@@ -91,6 +124,7 @@ ThreadPool::ThreadPool(int threads) : threads_(threads < 1 ? 1 : threads) {
 
 ThreadPool::~ThreadPool() {
   if (!impl_) return;
+  set_idle_task(nullptr);
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
     impl_->stop.store(true, std::memory_order_relaxed);
@@ -127,6 +161,19 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
   }
   s.open.store(0, std::memory_order_seq_cst);
   for (int spins = 0; s.active.load(std::memory_order_seq_cst) != 0; ++spins) {
+    if (spins < 1 << 14) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+void ThreadPool::set_idle_task(IdleTask* task) {
+  if (!impl_) return;
+  Impl& s = *impl_;
+  s.idle.store(task, std::memory_order_seq_cst);
+  for (int spins = 0; s.in_idle.load(std::memory_order_seq_cst) != 0; ++spins) {
     if (spins < 1 << 14) {
       _mm_pause();
     } else {

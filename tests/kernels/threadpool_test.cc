@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -77,6 +78,137 @@ TEST(ThreadPool, ReturnsOnlyWhenAllTasksAreDone) {
     });
     ASSERT_EQ(done.load(), 17);
   }
+}
+
+// Counts its runs; does "work" (a short sleep) while `pending` > 0.
+class CountingIdle final : public IdleTask {
+ public:
+  std::atomic<int> pending{0};
+  std::atomic<int> runs{0};
+  std::atomic<int> worked{0};
+  std::atomic<bool> saw_job{false};
+  std::atomic<bool> on_caller{false};
+  std::thread::id caller = std::this_thread::get_id();
+  bool run(const JobSignal& signal) override {
+    runs.fetch_add(1);
+    if (std::this_thread::get_id() == caller) on_caller = true;
+    if (signal.job_waiting()) saw_job = true;
+    int p = pending.load();
+    while (p > 0 && !pending.compare_exchange_weak(p, p - 1)) {
+    }
+    if (p <= 0) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    worked.fetch_add(1);
+    return true;
+  }
+};
+
+// Workers look for idle work only while they wait for jobs awake (they sleep after a few
+// hundred microseconds without one): a job wakes them.
+void wake(ThreadPool& pool) {
+  pool.parallel_for(8, [](int64_t) {});
+}
+
+template <typename Pred>
+bool eventually(Pred pred) {
+  for (int i = 0; i < 2000 && !pred(); ++i)
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  return pred();
+}
+
+TEST(ThreadPoolIdle, IdleWorkersRunTheTaskBetweenJobsNeverTheCaller) {
+  ThreadPool pool(3);
+  CountingIdle task;
+  pool.set_idle_task(&task);
+  task.pending = 20;
+  wake(pool);
+  // No job after that: the workers spin, find none, and take the work.
+  EXPECT_TRUE(eventually([&] { return task.worked.load() == 20; }));
+  // Jobs go on while idle work is pending, and every index still runs once.
+  task.pending = 200;
+  for (int rep = 0; rep < 200; ++rep) {
+    std::vector<std::atomic<int>> hits(16);
+    pool.parallel_for(16, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+  EXPECT_TRUE(eventually([&] { return task.pending.load() == 0; }));
+  EXPECT_FALSE(task.on_caller.load());
+  pool.set_idle_task(nullptr);
+  const int runs = task.runs.load();
+  task.pending = 5;  // detached: nobody takes it any more
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(task.runs.load(), runs);
+  EXPECT_EQ(task.pending.load(), 5);
+}
+
+// A task that blocks until released: set_idle_task(nullptr) returns only once the worker
+// inside it has left, so the task may be destroyed right after.
+class BlockingIdle final : public IdleTask {
+ public:
+  std::atomic<bool> inside{false};
+  std::atomic<bool> release{false};
+  std::atomic<bool> left{false};
+  bool run(const JobSignal&) override {
+    if (left.load()) return false;
+    inside = true;
+    while (!release.load()) std::this_thread::yield();
+    left = true;
+    return true;
+  }
+};
+
+TEST(ThreadPoolIdle, DetachingWaitsForAWorkerInsideTheTask) {
+  ThreadPool pool(2);
+  BlockingIdle task;
+  pool.set_idle_task(&task);
+  wake(pool);
+  ASSERT_TRUE(eventually([&] { return task.inside.load(); }));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    task.release = true;
+  });
+  pool.set_idle_task(nullptr);
+  EXPECT_TRUE(task.left.load()) << "set_idle_task(nullptr) returned while a worker was inside";
+  releaser.join();
+}
+
+TEST(ThreadPoolIdle, TheSignalTellsATaskThatAJobWaits) {
+  ThreadPool pool(2);
+  // Runs until it sees a job published (bounded by a deadline so a failure cannot hang).
+  class UntilJob final : public IdleTask {
+   public:
+    std::atomic<bool> started{false};
+    std::atomic<bool> saw{false};
+    bool run(const JobSignal& signal) override {
+      if (saw.load()) return false;
+      started = true;
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!signal.job_waiting() && std::chrono::steady_clock::now() < end)
+        std::this_thread::yield();
+      saw = signal.job_waiting();
+      return true;
+    }
+  } task;
+  pool.set_idle_task(&task);
+  wake(pool);
+  ASSERT_TRUE(eventually([&] { return task.started.load(); }));
+  std::atomic<int> done{0};
+  // The caller runs the job alone if the worker is busy: it never waits for it.
+  pool.parallel_for(4, [&](int64_t) { done.fetch_add(1); });
+  EXPECT_EQ(done.load(), 4);
+  EXPECT_TRUE(eventually([&] { return task.saw.load(); }));
+  pool.set_idle_task(nullptr);
+}
+
+TEST(ThreadPoolIdle, APoolWithoutWorkersNeverRunsIt) {
+  ThreadPool pool(1);
+  CountingIdle task;
+  task.pending = 3;
+  pool.set_idle_task(&task);
+  pool.parallel_for(10, [](int64_t) {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(task.runs.load(), 0);
+  pool.set_idle_task(nullptr);
 }
 
 TEST(Isa, SetIsaClampsAndNames) {
