@@ -237,7 +237,10 @@ Status Engine::Impl::add_request(const RequestSpec& spec) {
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // No pool worker may call an observer once the engine is gone.
+  if (impl_) impl_->pool->set_idle_task(nullptr);
+}
 
 Result<std::unique_ptr<Engine>> Engine::create(const LoadedModel& model,
                                                const EngineConfig& config,
@@ -263,10 +266,23 @@ const ModelConfig& Engine::model_config() const { return impl_->w.cfg; }
 const EngineConfig& Engine::config() const { return impl_->cfg; }
 Policy& Engine::policy() { return *impl_->policy; }
 void Engine::set_policy(std::shared_ptr<Policy> policy) { impl_->policy = std::move(policy); }
-void Engine::add_observer(Observer* o) { impl_->obs.push_back(o); }
+void Engine::add_observer(Observer* o, bool lend_idle_threads) {
+  impl_->obs.push_back(o);
+  if (lend_idle_threads && impl_->pool->size() > 1) {
+    impl_->pool->set_idle_task(nullptr);
+    impl_->idle.obs.push_back(o);
+    impl_->pool->set_idle_task(&impl_->idle);
+  }
+}
 void Engine::remove_observer(Observer* o) {
   auto& v = impl_->obs;
   v.erase(std::remove(v.begin(), v.end(), o), v.end());
+  auto& lent = impl_->idle.obs;
+  if (std::find(lent.begin(), lent.end(), o) != lent.end()) {
+    impl_->pool->set_idle_task(nullptr);
+    lent.erase(std::remove(lent.begin(), lent.end(), o), lent.end());
+    if (!lent.empty()) impl_->pool->set_idle_task(&impl_->idle);
+  }
 }
 void Engine::set_schedule_source(ScheduleSource* s) {
   impl_->schedule = s;

@@ -35,6 +35,18 @@ struct Engine::Impl {
   KvCache kv;
   Scheduler sched;
   std::vector<Observer*> obs;
+  // The observers lent the pool's idle workers; changed only while detached from the pool.
+  struct IdleLender final : kernels::IdleTask {
+    std::vector<Observer*> obs;
+    bool run(const kernels::JobSignal& signal) override {
+      bool any = false;
+      for (Observer* o : obs) {
+        if (signal.job_waiting()) break;
+        any = o->on_idle(signal) || any;
+      }
+      return any;
+    }
+  } idle;
   ScheduleSource* schedule = nullptr;
   bool schedule_done = false;
   RoutingSource* routing_src = nullptr;

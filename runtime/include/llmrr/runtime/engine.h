@@ -164,8 +164,13 @@ class Engine {
   Policy& policy();
   void set_policy(std::shared_ptr<Policy> policy);
 
-  // Observers are called in the order added. Not owned.
-  void add_observer(Observer* observer);
+  // Observers are called in the order added. Not owned. With lend_idle_threads, the
+  // engine's pool workers also call observer->on_idle() whenever they have waited a while
+  // for work (the engine's serial phases: sampling, scheduling, planning, routing); the
+  // observer must then stay alive until remove_observer() or the engine's destruction,
+  // since a worker may call it between steps. Without pool workers (threads 1) it never is.
+  void add_observer(Observer* observer, bool lend_idle_threads = false);
+  // Returns once no pool worker is inside the observer's on_idle().
   void remove_observer(Observer* observer);
 
   // nullptr: the engine's own Scheduler decides the batches.

@@ -18,6 +18,7 @@
 #include "llmrr/format/fingerprint.h"
 #include "llmrr/kernels/plan.h"
 #include "llmrr/kernels/sample.h"
+#include "llmrr/kernels/threadpool.h"
 #include "llmrr/runtime/site.h"
 
 namespace llmrr {
@@ -135,6 +136,14 @@ class Observer {
   virtual void on_token(const TokenEvent& token) {}
   virtual void on_finish(const RequestFinish& finish) {}
   virtual void on_step_end(int64_t step) {}
+
+  // Only for an observer added with lend_idle_threads (Engine::add_observer): called by an
+  // engine's pool worker that has found no work for a while, on that worker's thread,
+  // concurrently with the callbacks above (and with itself, from several workers). Does a
+  // bounded piece of the observer's deferred work, and starts none that is long once
+  // `signal` says the engine has a job for the worker; returns whether there was any.
+  // Must not throw.
+  virtual bool on_idle(const kernels::JobSignal& signal) { return false; }
 };
 
 }  // namespace llmrr
