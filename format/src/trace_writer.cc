@@ -7,6 +7,7 @@
 #include <climits>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -262,6 +263,7 @@ class TraceWriter::Impl {
     RETURN_IF_ERROR(usable("flush"));
     RETURN_IF_ERROR(flush_chunk());
     std::unique_lock<std::mutex> lk(mu_);
+    cv_.notify_all();  // a deferred frame may be waiting for a helper
     cv_.wait(lk, [&] { return (queue_.empty() && !busy_) || !error_.ok(); });
     return error_;
   }
@@ -326,6 +328,27 @@ class TraceWriter::Impl {
     close_status_ = st;
     return st;
   }
+
+  // Compresses and writes a batch of queued frames on the calling thread (a helper:
+  // TraceWriter::help). Never blocks on the lock: an idle helper has better things to do.
+  bool help() {
+    std::vector<Job> batch;
+    uint32_t index;
+    bool failed;
+    {
+      std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+      if (!lk.owns_lock() || queue_.empty() || busy_) return false;
+      take_batch(&batch);
+      busy_ = true;
+      failed = !error_.ok();
+      index = static_cast<uint32_t>(frames_.size());
+    }
+    run_batch(batch, index, failed);
+    cv_.notify_all();  // appends waiting for memory, flush(), close()
+    return true;
+  }
+
+  void defer_wakes(bool defer) { defer_wakes_.store(defer, std::memory_order_relaxed); }
 
   Status status() const {
     std::lock_guard<std::mutex> lk(mu_);
@@ -414,6 +437,7 @@ class TraceWriter::Impl {
     if (!error_.ok()) return error_;
     if (in_flight_ > 0 && in_flight_ + job.cost > opt_.max_bytes_in_flight) {
       ++stats_.backpressure_waits;
+      cv_.notify_all();  // deferred frames: the writer's thread, not a helper, frees memory
       cv_.wait(lk, [&] {
         return !error_.ok() || in_flight_ == 0 || in_flight_ + job.cost <= opt_.max_bytes_in_flight;
       });
@@ -422,7 +446,7 @@ class TraceWriter::Impl {
     in_flight_ += job.cost;
     if (in_flight_ > stats_.max_bytes_in_flight_seen) stats_.max_bytes_in_flight_seen = in_flight_;
     queue_.push_back(std::move(job));
-    cv_.notify_all();
+    if (!defer_wakes_.load(std::memory_order_relaxed) || queue_.size() > 1) cv_.notify_all();
     return Status::Ok();
   }
 
@@ -435,11 +459,24 @@ class TraceWriter::Impl {
     if (worker_.joinable()) worker_.join();
   }
 
-  // Takes the queued jobs in batches (many small blobs cost one lock round trip and one
-  // pwritev instead of one each), encodes them and appends them to the file in order.
-  void worker_loop() {
+  // Moves the queue's first jobs into `batch` (under mu_): many small blobs cost one lock
+  // round trip and one pwritev instead of one each.
+  void take_batch(std::vector<Job>* batch) {
     constexpr size_t kMaxBatchJobs = 64;
     constexpr uint64_t kMaxBatchRaw = 4u << 20;
+    uint64_t raw = 0;
+    while (!queue_.empty() && batch->size() < kMaxBatchJobs &&
+           (batch->empty() || raw + queue_.front().cost <= kMaxBatchRaw)) {
+      raw += queue_.front().cost;
+      batch->push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+  }
+
+  // Takes the queued jobs in batches, encodes them and appends them to the file in order.
+  // One batch at a time, on this thread or a helper's (busy_); it leaves once stopped with
+  // nothing queued or being written.
+  void worker_loop() {
     std::vector<Job> batch;
     for (;;) {
       bool failed;
@@ -447,15 +484,9 @@ class TraceWriter::Impl {
       batch.clear();
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return !queue_.empty() || stop_; });
+        cv_.wait(lk, [&] { return !busy_ && (!queue_.empty() || stop_); });
         if (queue_.empty()) return;
-        uint64_t raw = 0;
-        while (!queue_.empty() && batch.size() < kMaxBatchJobs &&
-               (batch.empty() || raw + queue_.front().cost <= kMaxBatchRaw)) {
-          raw += queue_.front().cost;
-          batch.push_back(std::move(queue_.front()));
-          queue_.pop_front();
-        }
+        take_batch(&batch);
         busy_ = true;
         failed = !error_.ok();
         index = static_cast<uint32_t>(frames_.size());
@@ -797,6 +828,7 @@ class TraceWriter::Impl {
   bool stop_ = false;
   bool busy_ = false;
   bool closing_inline_ = false;  // close() wrote the last chunk itself (the thread idles)
+  std::atomic<bool> defer_wakes_{false};
   // Frame encoding state, used by the thread that set busy_.
   detail::ZstdCompressor zstd_;
   std::vector<detail::Buffer> encoded_;
@@ -834,8 +866,22 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path,
     // be removed again (never a file that was there before: /dev/stdout, say).
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     const bool created = fd >= 0;
-    if (fd < 0 && errno == EEXIST)
-      fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) {
+      // A writable regular file (an earlier trace) is replaced by a new file rather than
+      // truncated: a reader that has the old trace open goes on reading it whole, and ext4
+      // does not flush the new file's data at close, as it does for a file truncated to
+      // zero (0.1 ms of close() on the bench machine). Anything else (/dev/null, a FIFO,
+      // a symlink, a file this directory does not let us remove) is written through.
+      struct stat old;
+      if (::lstat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode) &&
+          ::access(path.c_str(), W_OK) == 0 && ::unlink(path.c_str()) == 0) {
+        // Not `created`: the path named a file before, and stays (as before, when the
+        // file was truncated) even if nothing readable reaches it.
+        fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd >= 0) (void)::fchmod(fd, old.st_mode & 07777);
+      }
+      if (fd < 0) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
     if (fd < 0) {
       const int e = errno;
       if (e == ENOENT)
@@ -886,6 +932,16 @@ void TraceWriter::mark_lossy(std::string reason) {
     impl_->mark_lossy(std::move(reason));
   } catch (...) {
   }
+}
+bool TraceWriter::help() {
+  try {
+    return impl_->help();
+  } catch (...) {
+    return false;
+  }
+}
+void TraceWriter::defer_wakes(bool defer) {
+  impl_->defer_wakes(defer);
 }
 Status TraceWriter::close() {
   return guarded(impl_->path(), [&] { return impl_->close(); });

@@ -5,8 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "raw_trace.h"
 #include "test_util.h"
@@ -212,6 +216,87 @@ TEST(WriterBackpressure, BytesInFlightStayBounded) {
   std::vector<StepRecord> got;
   ASSERT_TRUE(read_all(**r, &got).ok());
   EXPECT_EQ(got, sorted_plans(steps));
+}
+
+// Deferred wakes: frames are compressed by whoever calls help() (an engine's idle worker),
+// concurrently with the appends; without any help the writer's own thread still writes
+// them (second queued frame, back-pressure, flush, close). Every step lands either way.
+TEST(WriterHelp, HelpersAndTheWritersThreadShareTheFrames) {
+  SampleRun run(2, 64, 40, 4, 4096, 32, 64);
+  std::vector<StepRecord> steps;
+  while (!run.done()) steps.push_back(run.next());
+  for (int helpers : {0, 1, 2}) {
+    TempFile f("help" + std::to_string(helpers));
+    WriterOptions opt;
+    opt.chunk_target_bytes = 8 * 1024;
+    opt.max_bytes_in_flight = 64 * 1024;
+    auto w = TraceWriter::open(f.path, opt);
+    ASSERT_TRUE(w.ok());
+    (*w)->defer_wakes(true);
+    ASSERT_TRUE((*w)->append_run_header(sample_header()).ok());
+    std::atomic<bool> stop{false};
+    std::atomic<int> helped{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < helpers; ++i) {
+      threads.emplace_back([&] {
+        while (!stop.load()) {
+          if ((*w)->help()) {
+            helped.fetch_add(1);
+          } else {
+            std::this_thread::yield();
+          }
+        }
+      });
+    }
+    Status st = Status::Ok();  // no ASSERT while the helpers run
+    for (size_t i = 0; i < steps.size() && st.ok(); ++i) {
+      st = (*w)->append_step(steps[i]);
+      if (st.ok() && i == steps.size() / 2) st = (*w)->flush();
+    }
+    if (st.ok()) st = (*w)->close();
+    stop = true;
+    for (std::thread& t : threads) t.join();
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_FALSE((*w)->help()) << "nothing is left to help with after close";
+    if (helpers == 0) {
+      EXPECT_EQ(helped.load(), 0);
+    }
+    auto r = TraceReader::open(f.path);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE((*r)->complete());
+    std::vector<StepRecord> got;
+    ASSERT_TRUE(read_all(**r, &got).ok());
+    EXPECT_EQ(got, sorted_plans(steps)) << helpers << " helpers";
+    EXPECT_TRUE((*r)->verify().ok());
+  }
+}
+
+// An existing trace is replaced by a new file, not truncated: a reader that has the old
+// one open reads it whole; the new file keeps the old one's permission bits.
+TEST(WriterIo, AnExistingTraceIsReplacedNotTruncated) {
+  TempFile f("replace");
+  auto write = [&](int tokens) {
+    auto w = TraceWriter::open(f.path);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->append_run_header(sample_header()).ok());
+    SampleRun run(1, 4, tokens);
+    while (!run.done()) ASSERT_TRUE((*w)->append_step(run.next()).ok());
+    ASSERT_TRUE((*w)->close().ok());
+  };
+  write(30);
+  ASSERT_EQ(::chmod(f.path.c_str(), 0640), 0);
+  auto old = TraceReader::open(f.path);
+  ASSERT_TRUE(old.ok());
+  write(5);
+  std::vector<StepRecord> got;
+  ASSERT_TRUE(read_all(**old, &got).ok()) << "the old trace, open before, reads whole";
+  EXPECT_EQ(static_cast<int64_t>(got.size()), (*old)->step_count());
+  auto fresh = TraceReader::open(f.path);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE((*fresh)->step_count(), (*old)->step_count());
+  struct stat st;
+  ASSERT_EQ(::stat(f.path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
 }
 
 TEST(WriterArguments, RejectedRecordsLeaveTheWriterUsable) {

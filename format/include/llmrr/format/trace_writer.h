@@ -93,6 +93,16 @@ class TraceWriter {
   // A crash after flush() loses nothing appended before it.
   Status flush();
 
+  // Compresses and writes queued frames on the calling thread, if any are queued and no
+  // other thread is at it; whether it did. Any thread, concurrently with the appends.
+  bool help();
+  // With `defer`, an append that queues a frame does not wake the writer's thread while
+  // the queue is short (one frame): the producer has another thread that calls help() (an
+  // engine's idle pool worker), and waking a sleeping thread costs the appending thread
+  // as much as compressing a small chunk. The writer's thread is still woken for a second
+  // frame, when appends wait for memory (max_bytes_in_flight), and by flush() and close().
+  void defer_wakes(bool defer);
+
   // Marks the trace lossy (the footer says so, with `reason`): the producer dropped
   // records, e.g. a recorder that stopped after an error. The first reason wins.
   void mark_lossy(std::string reason);
