@@ -345,7 +345,10 @@ int run_record_command(int argc, char** argv) {
   }
   TraceRecorder& recorder = **rec;
 
-  e.add_observer(&recorder);
+  // The engine's idle pool workers complete the recorder's steps in the engine's serial
+  // phases (when the engine's threads fill the cores); removed below before the recorder
+  // goes.
+  e.add_observer(&recorder, /*lend_idle_threads=*/true);
   cli::TextStream stream(s.model.tokenizer.get(), s.target, e.model_config().eos);
   e.add_observer(&stream);
   std::unique_ptr<Progress> progress;
@@ -357,6 +360,7 @@ int run_record_command(int argc, char** argv) {
   }
 
   Status run = e.run();
+  e.remove_observer(&recorder);
   std::printf("\n");
   std::fflush(stdout);
   if (progress) progress->finish();

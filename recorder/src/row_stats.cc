@@ -42,10 +42,85 @@ bool before(const Ranked& a, const Ranked& b) {
   return a.v > b.v || (a.v == b.v && a.id < b.id);
 }
 
-constexpr int64_t kBlock = 64;
 // Rows up to this length take the insertion path: ~k·ln(n/k) insertions on real logits,
 // and a bounded n·k moves on adversarial (ascending) rows.
 constexpr int64_t kSmallRow = 1024;
+
+#if defined(__AVX2__)
+// Rank-order key of a number (not NaN): larger value, then lower id, compares greater as
+// an unsigned integer; −0 and +0 map to the same value bits.
+inline uint64_t rank_key(float v, int64_t id) {
+  const float canonical = v + 0.0f;  // −0 → +0
+  uint32_t b;
+  std::memcpy(&b, &canonical, sizeof b);
+  const uint32_t ordered = (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
+  return static_cast<uint64_t>(ordered) << 32 | static_cast<uint32_t>(~static_cast<uint32_t>(id));
+}
+
+constexpr int kMaxRanked = 64;
+
+// Short rows with a small k: the k-th largest maximum T of pairs bounds the top k from
+// below (k pairs each hold a value >= T), which leaves ~1.4·k candidates on real logits
+// (blocks of four leave ~3·k: neighbouring logits are alike); each candidate's rank is the
+// count of candidates whose key is greater (keys are distinct: ids are), four compares at
+// a time, without a branch on the data. Returns false (nothing written) when more than
+// kMaxRanked candidates pass.
+bool top_k_ranked(const float* x, int64_t n, int k, int32_t* ids, float* values) {
+  const int64_t pairs = n / 2;
+  float maxima[kSmallRow / 2];
+  int64_t p = 0;
+  const __m256i evens = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  for (; 2 * p + 8 <= n; p += 4) {
+    const __m256 v = _mm256_loadu_ps(x + 2 * p);
+    const __m256 m = _mm256_max_ps(v, _mm256_permute_ps(v, 0xB1));  // pair max in both lanes
+    const __m256 packed = _mm256_permutevar8x32_ps(m, evens);
+    _mm_storeu_ps(maxima + p, _mm256_castps256_ps128(packed));
+  }
+  for (; p < pairs; ++p) maxima[p] = x[2 * p] > x[2 * p + 1] ? x[2 * p] : x[2 * p + 1];
+  std::nth_element(maxima, maxima + (k - 1), maxima + pairs,
+                   [](float a, float b) { return a > b; });
+  const float t = maxima[k - 1];
+  // Signed compares on keys with the top bit flipped order them as unsigned; the padding
+  // (INT64_MIN) is never greater.
+  alignas(32) int64_t keys[kMaxRanked + 4];
+  int m = 0;
+  const __m256 tv = _mm256_set1_ps(t);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), tv, _CMP_GE_OQ));
+    if (m + __builtin_popcount(static_cast<unsigned>(mask)) > kMaxRanked) return false;
+    while (mask != 0) {
+      const int j = __builtin_ctz(static_cast<unsigned>(mask));
+      keys[m++] = static_cast<int64_t>(rank_key(x[i + j], i + j) ^ 0x8000000000000000ull);
+      mask &= mask - 1;
+    }
+  }
+  for (; i < n; ++i) {
+    if (!(x[i] >= t)) continue;
+    if (m == kMaxRanked) return false;
+    keys[m++] = static_cast<int64_t>(rank_key(x[i], i) ^ 0x8000000000000000ull);
+  }
+  const int padded = (m + 3) & ~3;
+  for (int j = m; j < padded; ++j) keys[j] = std::numeric_limits<int64_t>::min();
+  for (int c = 0; c < m; ++c) {
+    const __m256i v = _mm256_set1_epi64x(keys[c]);
+    int rank = 0;
+    for (int j = 0; j < padded; j += 4) {
+      const __m256i greater =
+          _mm256_cmpgt_epi64(_mm256_load_si256(reinterpret_cast<const __m256i*>(keys + j)), v);
+      rank += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(greater))));
+    }
+    if (rank < k) {
+      const int32_t id = static_cast<int32_t>(~static_cast<uint32_t>(keys[c]));
+      ids[rank] = id;
+      values[rank] = x[id];
+    }
+  }
+  return true;
+}
+#endif
+
+constexpr int64_t kBlock = 64;
 
 }  // namespace
 
@@ -56,6 +131,10 @@ void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) {
     kernels::topk(x, n, k, ids, values);
     return;
   }
+#if defined(__AVX2__)
+  if (n <= kSmallRow && k <= kMaxRanked && n / 2 >= k && top_k_ranked(x, n, k, ids, values))
+    return;
+#endif
   thread_local std::vector<Ranked> c;
   c.clear();
   if (n <= kSmallRow) {

@@ -64,6 +64,27 @@ struct PendingLogits {
   int64_t vocab = 0;
 };
 
+// Records with lists of their own, kept for reuse: a record taken from here keeps its
+// lists' capacity, so the engine's thread fills it without allocating (and the thread that
+// completed the step frees nothing).
+template <typename T>
+class Recycler {
+ public:
+  T take() {
+    if (spare_.empty()) return T{};
+    T t = std::move(spare_.back());
+    spare_.pop_back();
+    return t;
+  }
+  void give_back(std::vector<T>& used) {
+    for (T& t : used) spare_.push_back(std::move(t));
+    used.clear();
+  }
+
+ private:
+  std::vector<T> spare_;
+};
+
 struct StepSlot {
   trace::StepRecord step;
   std::vector<PendingRows> rows;
@@ -72,8 +93,14 @@ struct StepSlot {
   // The copy of the "logits" site's rows, when this step has one (index into rows, or −1):
   // a logits view the engine marks as one of those rows is not copied again.
   int64_t logits_site_rows = -1;
+  Recycler<trace::SiteRows> spare_rows;
+  Recycler<trace::Routing> spare_routing;
+  Recycler<trace::LogitsRecord> spare_logits;
 
   void clear() {
+    spare_rows.give_back(step.rows);
+    spare_routing.give_back(step.routing);
+    spare_logits.give_back(step.logits);
     step.clear();
     rows.clear();
     logits.clear();

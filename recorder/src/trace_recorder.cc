@@ -224,10 +224,14 @@ void TraceRecorder::on_plan(int64_t step, SiteId site, const Plan& plan) {
 void TraceRecorder::on_rows(const RowsView& v) {
   LLMRR_RECORDER_GUARD_BEGIN
   recorder_internal::StepSlot& slot = *current_;
-  trace::SiteRows rows;
+  trace::SiteRows rows = slot.spare_rows.take();
   rows.site = v.site.packed();
   rows.cols = static_cast<int32_t>(v.cols);
-  if (v.batch_rows) rows.batch_rows.assign(v.batch_rows, v.batch_rows + v.rows);
+  if (v.batch_rows) {
+    rows.batch_rows.assign(v.batch_rows, v.batch_rows + v.rows);
+  } else {
+    rows.batch_rows.clear();
+  }
   if (v.fingerprints) {
     rows.rows.assign(v.fingerprints, v.fingerprints + v.rows);
   } else {
@@ -261,7 +265,7 @@ void TraceRecorder::on_routing(const RoutingView& v) {
                         std::to_string(v.step) + " covers only some rows)"));
     return;
   }
-  trace::Routing r;
+  trace::Routing r = current_->spare_routing.take();
   r.layer = v.layer;
   r.rows = static_cast<int32_t>(v.rows);
   r.k = v.k;
@@ -280,11 +284,16 @@ void TraceRecorder::on_routing(const RoutingView& v) {
 void TraceRecorder::on_logits(const LogitsView& v) {
   LLMRR_RECORDER_GUARD_BEGIN
   recorder_internal::StepSlot& slot = *current_;
-  trace::LogitsRecord rec;
+  trace::LogitsRecord rec = slot.spare_logits.take();
   rec.request = v.request;
   rec.position = v.position;
   rec.batch_row = static_cast<int32_t>(v.batch_row);
   rec.vocab = static_cast<int32_t>(v.vocab);
+  rec.top_ids.clear();  // filled when the step is completed
+  rec.top_values.clear();
+  rec.full = {};
+  rec.margin = 0.0f;
+  rec.blob = -1;
   recorder_internal::PendingLogits p;
   p.index = slot.step.logits.size();
   p.vocab = v.vocab;
@@ -347,6 +356,7 @@ void TraceRecorder::on_step_end(int64_t step) {
   last_handoff_ = now;
   in_flight_ = std::move(current_);
   current_ = std::move(spare_);
+  takeable_.store(true, std::memory_order_release);
   // Waking a sleeping thread costs this one a futex call and, on a virtual machine, an
   // interprocessor interrupt (~40 µs per step measured on the bench machine, about the
   // step's whole completion). When the engine leaves a core free, the recorder's thread
@@ -355,19 +365,45 @@ void TraceRecorder::on_step_end(int64_t step) {
   // core, a thread that wakes on its own clock preempts them at random moments and is
   // often late (the engine then completes the step itself); waking it at once measured
   // better there.
-  const bool wake =
-      !own_core_ || worker_wakes_at_ > now + std::chrono::microseconds(period_us_);
+  // With the engine's idle workers lent, they take it (or this thread, at the next
+  // step's end).
+  const bool wake = !idle_lent_.load(std::memory_order_relaxed) &&
+                    (!own_core_ || worker_wakes_at_ > now + std::chrono::microseconds(period_us_));
   lk.unlock();
   if (wake) cv_.notify_all();
   LLMRR_RECORDER_GUARD_END
 }
 
+bool TraceRecorder::on_idle(const kernels::JobSignal& signal) {
+  // With a core of its own the recorder's thread does the work at no cost to the engine.
+  if (own_core_ || !pipelined()) return false;
+  if (!idle_lent_.load(std::memory_order_relaxed) &&
+      !idle_lent_.exchange(true, std::memory_order_relaxed)) {
+    // From now on the writer's compression waits for this kind of help too.
+    writer_->defer_wakes(true);
+  }
+  if (takeable_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+    if (lk.owns_lock() && take_in_flight(lk)) {
+      ++stats_.idle_steps;
+      if (engine_waiting_) cv_.notify_all();
+      return true;
+    }
+  }
+  // Compressing a chunk cannot stop half way: start it only while the engine has no job.
+  // (Completing a step is not stopped half way either: leaving the rest to the engine's
+  // thread at the next step's end measured worse than finishing it.)
+  return !signal.job_waiting() && writer_->help();
+}
+
 bool TraceRecorder::take_in_flight(std::unique_lock<std::mutex>& lk) {
   if (!in_flight_ || claimed_) return false;
   claimed_ = true;
+  takeable_.store(false, std::memory_order_relaxed);
   recorder_internal::StepSlot* slot = in_flight_.get();
   lk.unlock();
   complete_and_append(*slot);
+  slot->clear();  // frees the step's nested records here rather than on the engine's thread
   lk.lock();
   spare_ = std::move(in_flight_);
   claimed_ = false;

@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "recorder_test_util.h"
 
@@ -227,17 +229,46 @@ INSTANTIATE_TEST_SUITE_P(Modes, RefusedRecord, ::testing::Bool(),
 // step's end is completed by the engine's thread. Steps back to back (the engine's thread
 // completes many) and steps with pauses (the recorder's thread takes them) all land, in
 // order, with the right contents.
+//
+// Parameter 2: the engine lends its idle pool workers (on_idle), here a helper thread that
+// calls on_idle as a worker would, with a signal that says "a job waits" now and then.
 class HandOff : public ::testing::TestWithParam<int> {};
 
+class FlickeringSignal final : public kernels::JobSignal {
+ public:
+  bool job_waiting() const override { return (calls_.fetch_add(1) / 3) % 2 == 1; }
+
+ private:
+  mutable std::atomic<uint64_t> calls_{0};
+};
+
 TEST_P(HandOff, EveryStepLandsWhicheverThreadCompletesIt) {
-  const int engine_threads = GetParam();
-  const std::string path = temp_path("handoff" + std::to_string(engine_threads) + ".trace");
+  const bool lent = GetParam() == 2;
+  const int engine_threads = lent ? 0 : GetParam();
+  const std::string path = temp_path("handoff" + std::to_string(GetParam()) + ".trace");
   trace::RunHeader h = base_run_header();
   h.engine.threads = engine_threads;
-  auto rec_or = TraceRecorder::open(path, h);
+  RecorderOptions options;
+  options.writer.chunk_target_bytes = 4 << 10;  // many chunks for the helper to compress
+  auto rec_or = TraceRecorder::open(path, h, options);
   ASSERT_TRUE(rec_or.ok()) << rec_or.status().to_string();
   TraceRecorder& rec = **rec_or;
   ASSERT_TRUE(rec.pipelined());
+  std::atomic<bool> stop_helper{false};
+  std::atomic<int64_t> helped{0};
+  std::thread helper;
+  if (lent) {
+    helper = std::thread([&] {
+      FlickeringSignal signal;
+      while (!stop_helper.load()) {
+        if (rec.on_idle(signal)) {
+          helped.fetch_add(1);
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    });
+  }
   constexpr int kSteps = 120;
   std::vector<float> logits(64);
   RequestSpec r;
@@ -276,11 +307,21 @@ TEST_P(HandOff, EveryStepLandsWhicheverThreadCompletesIt) {
     if (step < kSteps / 3 && step % 4 == 0) usleep(3000);
     ASSERT_TRUE(rec.status().ok()) << rec.status().to_string();
   }
+  if (lent) {
+    stop_helper = true;  // as Engine::remove_observer: nobody calls on_idle after this
+    helper.join();
+  }
   ASSERT_TRUE(rec.close().ok()) << rec.status().to_string();
   const RecorderStats st = rec.stats();
   EXPECT_EQ(st.steps, kSteps);
   EXPECT_GE(st.inline_steps, 0);
-  EXPECT_LE(st.inline_steps, kSteps);
+  EXPECT_LE(st.inline_steps + st.idle_steps, kSteps);
+  if (lent) {
+    EXPECT_GT(st.idle_steps, 0) << "the helper never took a step (it had 3 ms pauses)";
+    EXPECT_GE(helped.load(), st.idle_steps);
+  } else {
+    EXPECT_EQ(st.idle_steps, 0);
+  }
   auto reader = open_reader(path);
   ASSERT_NE(reader, nullptr);
   ASSERT_EQ(reader->step_count(), kSteps);
@@ -297,11 +338,58 @@ TEST_P(HandOff, EveryStepLandsWhicheverThreadCompletesIt) {
   EXPECT_TRUE(reader->verify().ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(EngineThreads, HandOff, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(EngineThreads, HandOff, ::testing::Values(0, 1, 2),
                          [](const ::testing::TestParamInfo<int>& info) {
-                           return info.param == 0 ? std::string("Unknown_WokenPerStep")
-                                                  : std::string("One_LooksOnItsClock");
+                           return info.param == 0   ? std::string("Unknown_WokenPerStep")
+                                  : info.param == 1 ? std::string("One_LooksOnItsClock")
+                                                    : std::string("IdleWorkersLent");
                          });
+
+// An engine whose threads fill the cores, its idle pool workers lent to the recorder: the
+// trace holds exactly the records of one recorded inline on the engine's thread, and the
+// workers did complete steps.
+TEST(RecorderRobustness, IdleWorkersRecordTheSameTrace) {
+  RunSpec spec = busy_spec();
+  spec.config.threads = 2;
+  const std::string inline_path = temp_path("idle_inline.trace");
+  const std::string lent_path = temp_path("idle_lent.trace");
+  RecorderStats lent_stats;
+  for (bool lend : {false, true}) {
+    auto e = Engine::create(builtin("tiny-moe"), spec.config, make_policy("production"));
+    ASSERT_TRUE(e.ok());
+    trace::RunHeader h = base_run_header();
+    // "Fill the cores" whatever this machine has: the recorder lends itself to idle
+    // workers only when its own thread has no core to itself.
+    h.engine.threads = static_cast<int32_t>(std::max(2u, std::thread::hardware_concurrency()));
+    RecorderOptions o = spec.recorder;
+    o.background = lend;
+    auto rec = TraceRecorder::open(lend ? lent_path : inline_path, h, o);
+    ASSERT_TRUE(rec.ok());
+    (*e)->add_observer(rec->get(), lend);
+    for (const RequestSpec& r : spec.requests) ASSERT_TRUE((*e)->add_request(r).ok());
+    ASSERT_TRUE((*e)->run().ok());
+    (*e)->remove_observer(rec->get());
+    ASSERT_TRUE((*rec)->close().ok()) << (*rec)->status().to_string();
+    if (lend) lent_stats = (*rec)->stats();
+  }
+  auto a = open_reader(inline_path);
+  auto b = open_reader(lent_path);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(a->step_count(), b->step_count());
+  trace::StepCursor ca = a->steps(), cb = b->steps();
+  for (int64_t i = 0; i < a->step_count(); ++i) {
+    trace::StepRecord sa, sb;
+    auto ra = ca.next(&sa);
+    auto rb = cb.next(&sb);
+    ASSERT_TRUE(ra.ok() && *ra);
+    ASSERT_TRUE(rb.ok() && *rb);
+    ASSERT_EQ(sa, sb) << "step " << sa.step;
+  }
+  EXPECT_EQ(lent_stats.steps, a->step_count());
+  EXPECT_GT(lent_stats.idle_steps, 0);
+  EXPECT_TRUE(b->verify().ok());
+}
 
 // Callbacks out of order, after close, or with views the recorder cannot record: no crash,
 // no exception; the recorder records what it can and says what it could not.

@@ -59,11 +59,11 @@ std::vector<float> make_row(int64_t n, Fill fill, std::mt19937& rng) {
 
 TEST(RowStats, TopKIsIdenticalToTheReference) {
   std::mt19937 rng(11);
-  const int64_t sizes[] = {1, 2, 31, 32, 33, 258, 4096, 8191, 49152, 100003};
+  const int64_t sizes[] = {1, 2, 31, 32, 33, 129, 258, 259, 1024, 4096, 8191, 49152, 100003};
   for (int64_t n : sizes) {
     for (Fill fill :
          {Fill::kNormal, Fill::kTies, Fill::kSpecials, Fill::kSameValue, Fill::kAscending}) {
-      for (int k : {1, 2, 5, 32, 64, 300}) {
+      for (int k : {1, 2, 5, 32, 33, 64, 65, 300}) {
         if (k > n) continue;
         for (bool with_nan : {false, true}) {
           std::vector<float> x = make_row(n, fill, rng);

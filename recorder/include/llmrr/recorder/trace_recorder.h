@@ -2,9 +2,10 @@
 // TraceWriter (DESIGN, data flow "record").
 //
 //   ASSIGN_OR_RETURN(auto rec, TraceRecorder::open("run.trace", header, options));
-//   engine->add_observer(rec.get());
+//   engine->add_observer(rec.get(), /*lend_idle_threads=*/true);
 //   Status run = engine->run();
-//   Status closed = rec->close();       // footer; the first recording error, if any
+//   engine->remove_observer(rec.get());  // lent workers call the recorder until then
+//   Status closed = rec->close();        // footer; the first recording error, if any
 //
 // Per step it records the batch composition, the plan of every op at every site (the
 // writer deduplicates), fingerprints of the rows of the sites the capture level selects,
@@ -17,7 +18,9 @@
 // logits rows) into a step slot; on_step_end hands the slot to the recorder's own thread,
 // which computes the fingerprints, the logits' top-K and margin, writes full-logit blobs,
 // and appends the step to the writer (FlatBuffers encoding and the record checks); the
-// writer's thread compresses and writes. One step is in flight: on_step_end of step N+1
+// writer's thread compresses and writes. When the engine's threads fill the cores and it
+// lends its idle pool workers, those do the recorder's and the writer's work in the
+// engine's serial phases instead (on_idle). One step is in flight: on_step_end of step N+1
 // first waits until step N is appended, so at most two slots exist and memory stays
 // bounded (the writer's own bound applies behind it).
 //
@@ -84,6 +87,9 @@ struct RecorderStats {
   // Steps the engine's thread completed itself at the next step's end because the
   // recorder's thread had not taken them yet (pipelined only; a busy machine raises it).
   int64_t inline_steps = 0;
+  // Steps the engine's idle pool workers completed (Engine::add_observer with
+  // lend_idle_threads, when the engine's threads fill the cores).
+  int64_t idle_steps = 0;
 };
 
 class TraceRecorder final : public Observer {
@@ -105,6 +111,10 @@ class TraceRecorder final : public Observer {
   void on_token(const TokenEvent& token) override;
   void on_finish(const RequestFinish& finish) override;
   void on_step_end(int64_t step) override;
+  // With the engine's idle pool workers lent (Engine::add_observer(rec, true)) and no core
+  // left free for the recorder's thread: a worker completes and appends the step in
+  // flight, so the engine's serial phases absorb the work (never blocks on the engine).
+  bool on_idle(const kernels::JobSignal& signal) override;
 
   // Writes the footer and closes the file. Returns the first error seen while recording
   // (the trace is then marked lossy) or the close error. Idempotent.
@@ -162,6 +172,12 @@ class TraceRecorder final : public Observer {
   bool claimed_ = false;         // a thread is completing in_flight_
   bool engine_waiting_ = false;  // the engine's thread waits for in_flight_ to be appended
   bool stop_worker_ = false;
+  // in_flight_ is set and unclaimed (read without mu_ by on_idle).
+  std::atomic<bool> takeable_{false};
+  // An engine's pool worker has offered to help (on_idle): steps handed over wait for it
+  // (or for the engine's thread at the next step's end) instead of waking the recorder's
+  // thread, whose wake costs the engine as much as the work.
+  std::atomic<bool> idle_lent_{false};
   // When steps are handed over: the last time and the smoothed period (the recorder's
   // thread wakes on this clock instead of being woken for each step).
   std::chrono::steady_clock::time_point last_handoff_;
