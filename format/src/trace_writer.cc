@@ -337,11 +337,7 @@ class TraceWriter::Impl {
     bool failed;
     {
       std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
-      if (!lk.owns_lock() || queue_.empty() || busy_) return false;
-      take_batch(&batch);
-      busy_ = true;
-      failed = !error_.ok();
-      index = static_cast<uint32_t>(frames_.size());
+      if (!lk.owns_lock() || busy_ || !claim_batch(&batch, &index, &failed)) return false;
     }
     run_batch(batch, index, failed);
     cv_.notify_all();  // appends waiting for memory, flush(), close()
@@ -459,11 +455,14 @@ class TraceWriter::Impl {
     if (worker_.joinable()) worker_.join();
   }
 
-  // Moves the queue's first jobs into `batch` (under mu_): many small blobs cost one lock
-  // round trip and one pwritev instead of one each.
-  void take_batch(std::vector<Job>* batch) {
+  // Under mu_, with no batch being written (busy_ false): moves the queue's first jobs into
+  // `batch` (many small blobs cost one lock round trip and one pwritev instead of one
+  // each), sets busy_ for the caller, and says the batch's first frame index and whether
+  // the writer has already failed. False (nothing taken) when the queue is empty.
+  bool claim_batch(std::vector<Job>* batch, uint32_t* index, bool* failed) {
     constexpr size_t kMaxBatchJobs = 64;
     constexpr uint64_t kMaxBatchRaw = 4u << 20;
+    if (queue_.empty()) return false;
     uint64_t raw = 0;
     while (!queue_.empty() && batch->size() < kMaxBatchJobs &&
            (batch->empty() || raw + queue_.front().cost <= kMaxBatchRaw)) {
@@ -471,6 +470,10 @@ class TraceWriter::Impl {
       batch->push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
+    busy_ = true;
+    *failed = !error_.ok();
+    *index = static_cast<uint32_t>(frames_.size());
+    return true;
   }
 
   // Takes the queued jobs in batches, encodes them and appends them to the file in order.
@@ -485,11 +488,7 @@ class TraceWriter::Impl {
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return !busy_ && (!queue_.empty() || stop_); });
-        if (queue_.empty()) return;
-        take_batch(&batch);
-        busy_ = true;
-        failed = !error_.ok();
-        index = static_cast<uint32_t>(frames_.size());
+        if (!claim_batch(&batch, &index, &failed)) return;  // stopped, nothing left
       }
       run_batch(batch, index, failed);
       cv_.notify_all();
@@ -497,7 +496,8 @@ class TraceWriter::Impl {
   }
 
   // Encodes the batch's frames (first index `index`), appends them, commits those whole on
-  // disk and clears busy_. Runs on whichever thread set busy_: the writer's, or close().
+  // disk and clears busy_. Runs on whichever thread set busy_: the writer's, a helper's, or
+  // close()'s.
   void run_batch(std::vector<Job>& batch, uint32_t index, bool failed) {
     Status st = Status::Ok();
     size_t written = 0;  // jobs whose frames are whole on disk
@@ -776,8 +776,9 @@ class TraceWriter::Impl {
                         path_ + ": footer: expected at most 16 MiB, found " +
                             std::to_string(job.raw.size()) +
                             " bytes; the trace has no footer and reads by scanning");
-    // The frame encoder the writer's thread used: it is idle or gone now, and a fresh
-    // compression context would cost its allocation and page faults on close's path.
+    // The frame encoder the batches used: nobody writes a batch any more (the writer's
+    // thread and any helper are done), and a fresh compression context would cost its
+    // allocation and page faults on close's path.
     detail::Buffer frame;
     FrameInfo info;
     RETURN_IF_ERROR(

@@ -42,19 +42,23 @@ bool before(const Ranked& a, const Ranked& b) {
   return a.v > b.v || (a.v == b.v && a.id < b.id);
 }
 
-// Rows up to this length take the insertion path: ~k·ln(n/k) insertions on real logits,
-// and a bounded n·k moves on adversarial (ascending) rows.
+// Rows up to this length take the ranked path below when k is small, else the insertion
+// path: ~k·ln(n/k) insertions on real logits, a bounded n·k moves on adversarial
+// (ascending) rows.
 constexpr int64_t kSmallRow = 1024;
 
 #if defined(__AVX2__)
-// Rank-order key of a number (not NaN): larger value, then lower id, compares greater as
-// an unsigned integer; −0 and +0 map to the same value bits.
-inline uint64_t rank_key(float v, int64_t id) {
+// Rank-order key of a number (not NaN) as a signed integer: larger value, then lower id,
+// compares greater; −0 and +0 map to the same value bits. The id sits in the low half.
+inline int64_t rank_key(float v, int64_t id) {
   const float canonical = v + 0.0f;  // −0 → +0
   uint32_t b;
   std::memcpy(&b, &canonical, sizeof b);
-  const uint32_t ordered = (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
-  return static_cast<uint64_t>(ordered) << 32 | static_cast<uint32_t>(~static_cast<uint32_t>(id));
+  // Unsigned order of the float's bits, then the top bit flipped for a signed compare.
+  const uint32_t ordered = ((b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u)) ^ 0x80000000u;
+  const uint64_t key =
+      static_cast<uint64_t>(ordered) << 32 | static_cast<uint32_t>(~static_cast<uint32_t>(id));
+  return static_cast<int64_t>(key);
 }
 
 constexpr int kMaxRanked = 64;
@@ -80,8 +84,7 @@ bool top_k_ranked(const float* x, int64_t n, int k, int32_t* ids, float* values)
   std::nth_element(maxima, maxima + (k - 1), maxima + pairs,
                    [](float a, float b) { return a > b; });
   const float t = maxima[k - 1];
-  // Signed compares on keys with the top bit flipped order them as unsigned; the padding
-  // (INT64_MIN) is never greater.
+  // The padding after the candidates (INT64_MIN) is never greater.
   alignas(32) int64_t keys[kMaxRanked + 4];
   int m = 0;
   const __m256 tv = _mm256_set1_ps(t);
@@ -91,14 +94,14 @@ bool top_k_ranked(const float* x, int64_t n, int k, int32_t* ids, float* values)
     if (m + __builtin_popcount(static_cast<unsigned>(mask)) > kMaxRanked) return false;
     while (mask != 0) {
       const int j = __builtin_ctz(static_cast<unsigned>(mask));
-      keys[m++] = static_cast<int64_t>(rank_key(x[i + j], i + j) ^ 0x8000000000000000ull);
+      keys[m++] = rank_key(x[i + j], i + j);
       mask &= mask - 1;
     }
   }
   for (; i < n; ++i) {
     if (!(x[i] >= t)) continue;
     if (m == kMaxRanked) return false;
-    keys[m++] = static_cast<int64_t>(rank_key(x[i], i) ^ 0x8000000000000000ull);
+    keys[m++] = rank_key(x[i], i);
   }
   const int padded = (m + 3) & ~3;
   for (int j = m; j < padded; ++j) keys[j] = std::numeric_limits<int64_t>::min();
@@ -108,7 +111,8 @@ bool top_k_ranked(const float* x, int64_t n, int k, int32_t* ids, float* values)
     for (int j = 0; j < padded; j += 4) {
       const __m256i greater =
           _mm256_cmpgt_epi64(_mm256_load_si256(reinterpret_cast<const __m256i*>(keys + j)), v);
-      rank += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(greater))));
+      const int lanes = _mm256_movemask_pd(_mm256_castsi256_pd(greater));
+      rank += __builtin_popcount(static_cast<unsigned>(lanes));
     }
     if (rank < k) {
       const int32_t id = static_cast<int32_t>(~static_cast<uint32_t>(keys[c]));

@@ -1,6 +1,7 @@
-// The recorder's top-K on the engine's thread, made cheap without changing a bit of what is
-// recorded: it skips most of a large vocabulary with a block-maximum threshold (and scans
-// small rows with insertion), and returns exactly what kernels::topk returns
+// The recorder's top-K (run wherever a step is completed), made cheap without changing a bit
+// of what is recorded: it skips most of a large vocabulary with a block-maximum threshold,
+// ranks the few candidates of a short row above a pair-maximum threshold by counting (else
+// scans it with insertion), and returns exactly what kernels::topk returns
 // (tests/recorder/row_stats_test.cc). Fingerprints are trace::fingerprint_row itself.
 #pragma once
 

@@ -364,9 +364,8 @@ void TraceRecorder::on_step_end(int64_t step) {
   // step's end (the first step, or after a pause). When the engine's threads fill every
   // core, a thread that wakes on its own clock preempts them at random moments and is
   // often late (the engine then completes the step itself); waking it at once measured
-  // better there.
-  // With the engine's idle workers lent, they take it (or this thread, at the next
-  // step's end).
+  // better there. With the engine's idle workers lent, nobody is woken: they take the
+  // step (or this thread does, at the next step's end).
   const bool wake = !idle_lent_.load(std::memory_order_relaxed) &&
                     (!own_core_ || worker_wakes_at_ > now + std::chrono::microseconds(period_us_));
   lk.unlock();
@@ -386,7 +385,6 @@ bool TraceRecorder::on_idle(const kernels::JobSignal& signal) {
     std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
     if (lk.owns_lock() && take_in_flight(lk)) {
       ++stats_.idle_steps;
-      if (engine_waiting_) cv_.notify_all();
       return true;
     }
   }
@@ -407,6 +405,9 @@ bool TraceRecorder::take_in_flight(std::unique_lock<std::mutex>& lk) {
   lk.lock();
   spare_ = std::move(in_flight_);
   claimed_ = false;
+  // The engine's thread waits only when another took the step; it sleeps anyway, so the
+  // wake costs it nothing.
+  if (engine_waiting_) cv_.notify_all();
   return true;
 }
 
@@ -429,7 +430,6 @@ void TraceRecorder::worker_loop() {
   int misses = 0;  // looks in a row that found nothing
   for (;;) {
     if (take_in_flight(lk)) {
-      if (engine_waiting_) cv_.notify_all();  // it sleeps anyway; the wake costs it nothing
       misses = 0;
       continue;
     }
