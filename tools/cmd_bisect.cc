@@ -1,7 +1,7 @@
 // llmrr bisect A.trace B.trace: replay A's request alone while swapping in B's factors
 // (R's schedule, the plan of one step and site, the routing of one step and layer), and
 // delta-debug to the smallest set that reproduces B's numerical split bit for bit and,
-// separately, B's visible split (replayer/include/llmrr/replayer/bisect.h).
+// separately, B's visible split (replayer/bisect/include/llmrr/replayer/bisect.h).
 // Exit 0 no split, 1 a cause found, 2 bad input, 3 internal error (or not explained).
 #include <unistd.h>
 

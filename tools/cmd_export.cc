@@ -1,5 +1,5 @@
 // llmrr export TRACE --perfetto out.json | --npy DIR: the trace for the viewers and tools
-// people already use (layouts in replayer/export.h): Chrome trace-event JSON for
+// people already use (layouts in replayer/export/include/llmrr/replayer/export.h): Chrome trace-event JSON for
 // ui.perfetto.dev / chrome://tracing, and NumPy arrays of fingerprints, top-K logits and
 // routing.
 #include <cstdio>

@@ -1,5 +1,5 @@
 // llmrr pack A.trace [B.trace] [--redact --keep R] [--with-model] -o bug.llmrr: one file to
-// attach to a bug report (the bundle layout is in replayer/pack.h). With --redact only the
+// attach to a bug report (the bundle layout is in replayer/bundle/include/llmrr/replayer/pack.h). With --redact only the
 // kept requests stay whole; every other request is reduced to its shape, and the kept one
 // still replays bit for bit from the bundle (`llmrr replay bug.llmrr`).
 #include <cstdio>
