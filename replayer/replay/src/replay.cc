@@ -1,3 +1,6 @@
+// Replay: a trace re-executed bit for bit, its schedule, plans and routing forced, and every
+// recorded row, logit and token checked by a verifying Observer. The Materializer is in
+// materialize.cc, the report's text and JSON in report.cc.
 #include "llmrr/replayer/replay.h"
 
 #include <sys/stat.h>
@@ -8,20 +11,22 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <utility>
 
 #include "llmrr/format/fingerprint.h"
 #include "llmrr/kernels/ops.h"
-#include "llmrr/replayer/npy.h"
 #include "llmrr/replayer/run_config.h"
 #include "llmrr/replayer/trace_feed.h"
 #include "llmrr/kernels/cublaslt_plan.h"
 #include "cpu_gate.h"
+#include "internal.h"
 
 namespace llmrr::replay {
 namespace {
+
+using replay_internal::ints_text;
+using replay_internal::Materializer;
 
 std::string fp_text(const trace::Fingerprint& f) {
   char b[96];
@@ -36,15 +41,6 @@ std::string float_text(float v) {
   std::memcpy(&bits, &v, 4);
   std::snprintf(b, sizeof b, "%.9g (0x%08x)", static_cast<double>(v), bits);
   return b;
-}
-
-std::string ints_text(const int32_t* v, size_t n) {
-  std::string s = "[";
-  for (size_t i = 0; i < n; ++i) {
-    if (i) s += ',';
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
 }
 
 std::string plan_text(const trace::PlanRecord& r) {
@@ -454,96 +450,6 @@ class Verifier final : public Observer {
   std::vector<uint8_t> blob_;
 };
 
-// Collects the rows of the requested (site, step)s and writes them as .npy files.
-class Materializer final : public Observer {
- public:
-  Materializer(std::vector<MaterializeSpec> specs, std::string dir)
-      : specs_(std::move(specs)), dir_(std::move(dir)), got_(specs_.size()) {}
-
-  bool wants_rows(SiteId site) override {
-    for (const MaterializeSpec& s : specs_) {
-      if (s.step == step_ && s.site == site) return true;
-    }
-    return false;
-  }
-  void on_step(const StepInfo& info) override { step_ = info.step; }
-  void on_rows(const RowsView& v) override {
-    for (size_t i = 0; i < specs_.size(); ++i) {
-      if (specs_[i].step != v.step || !(specs_[i].site == v.site)) continue;
-      Got& g = got_[i];
-      g.cols = v.cols;
-      g.seen = true;
-      for (int64_t r = 0; r < v.rows; ++r) {
-        g.rows.push_back(v.batch_rows ? v.batch_rows[r] : static_cast<int32_t>(r));
-        g.data.insert(g.data.end(), v.data + r * v.ld, v.data + r * v.ld + v.cols);
-      }
-    }
-  }
-  void on_step_end(int64_t step) override {
-    for (size_t i = 0; i < specs_.size(); ++i) {
-      if (specs_[i].step != step || !got_[i].seen || got_[i].written || !status_.ok()) continue;
-      status_ = write(i);
-    }
-  }
-
-  // After the replay: the files written, or why not.
-  Status finish(std::vector<std::string>* written) {
-    RETURN_IF_ERROR(status_);
-    for (size_t i = 0; i < specs_.size(); ++i) {
-      if (!got_[i].written) {
-        return make_error(ErrorCode::kInvalidArgument,
-                          "--materialize " + site_name(specs_[i].site) + "@" +
-                              std::to_string(specs_[i].step) +
-                              ": the replay produced no rows of that site at that step (no such "
-                              "step, or the site does not run there: e.g. an expert no row was "
-                              "routed to, or a dense site of an MoE layer)");
-      }
-      written->push_back(got_[i].file);
-      written->push_back(got_[i].rows_file);
-    }
-    return Status::Ok();
-  }
-
- private:
-  struct Got {
-    bool seen = false, written = false;
-    int64_t cols = 0;
-    std::vector<int32_t> rows;
-    std::vector<float> data;
-    std::string file, rows_file;
-  };
-
-  Status write(size_t i) {
-    Got& g = got_[i];
-    // Batch row order.
-    std::vector<size_t> order(g.rows.size());
-    for (size_t j = 0; j < order.size(); ++j) order[j] = j;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return g.rows[a] < g.rows[b]; });
-    std::vector<float> data(g.data.size());
-    std::vector<int32_t> rows(g.rows.size());
-    for (size_t j = 0; j < order.size(); ++j) {
-      rows[j] = g.rows[order[j]];
-      std::copy_n(g.data.begin() + order[j] * g.cols, g.cols, data.begin() + j * g.cols);
-    }
-    std::string base = dir_ + "/" + materialize_file_name(specs_[i]);
-    g.file = base;
-    g.rows_file = base.substr(0, base.size() - 4) + ".rows.npy";
-    const int64_t n = static_cast<int64_t>(rows.size());
-    RETURN_IF_ERROR(write_npy_f32(g.file, {n, g.cols}, data.data()));
-    RETURN_IF_ERROR(write_npy_i32(g.rows_file, {n}, rows.data()));
-    g.written = true;
-    std::vector<float>().swap(g.data);
-    return Status::Ok();
-  }
-
-  std::vector<MaterializeSpec> specs_;
-  std::string dir_;
-  std::vector<Got> got_;
-  int64_t step_ = -1;
-  Status status_;
-};
-
 Unreproducible unreproducible_at(const CpuStop& stop, const trace::StepRecord& step) {
   Unreproducible u;
   u.step = stop.step;
@@ -559,28 +465,6 @@ Unreproducible unreproducible_at(const CpuStop& stop, const trace::StepRecord& s
 }
 
 }  // namespace
-
-Result<MaterializeSpec> parse_materialize(std::string_view text) {
-  size_t at = text.rfind('@');
-  auto bad = [&](const std::string& why) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "--materialize '" + std::string(text) + "': " + why +
-                          " (expected SITE@STEP, e.g. L3.mlp.down@17 or logits@17)");
-  };
-  if (at == std::string_view::npos || at == 0 || at + 1 == text.size()) return bad("no @STEP");
-  std::optional<SiteId> site = parse_site(text.substr(0, at));
-  if (!site) return bad("unknown site '" + std::string(text.substr(0, at)) + "'");
-  int64_t step = 0;
-  for (char c : text.substr(at + 1)) {
-    if (c < '0' || c > '9' || step > (int64_t{1} << 50)) return bad("step is not a number");
-    step = step * 10 + (c - '0');
-  }
-  return MaterializeSpec{*site, step};
-}
-
-std::string materialize_file_name(const MaterializeSpec& spec) {
-  return site_name(spec.site) + "@" + std::to_string(spec.step) + ".npy";
-}
 
 Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const LoadedModel& model,
                                   const ReplayOptions& options) {
@@ -722,113 +606,6 @@ Result<ReplayReport> replay_trace(const std::string& trace_path, const ReplayOpt
   Result<LoadedModel> model = load_model(spec, ModelLoadOptions{.keep_quantized = true});
   if (!model.ok()) return model.status().with_context("loading the model " + spec + ": ");
   return replay_trace(*reader, *model, options);
-}
-
-std::string format_replay_report(const ReplayReport& r) {
-  std::string out;
-  for (const std::string& n : r.notes) out += "note: " + n + "\n";
-  std::string scope = r.request ? " of request " + std::to_string(*r.request) + " alone" : "";
-  if (r.routing_mismatch) {
-    const RoutingMismatch& m = *r.routing_mismatch;
-    out += "routing differs at step " + std::to_string(m.step) + ", layer " +
-           std::to_string(m.layer) + ": request " + std::to_string(m.request) + ", position " +
-           std::to_string(m.position) + " (batch row " + std::to_string(m.batch_row) +
-           "): recorded experts " + ints_text(m.expected.data(), m.expected.size()) +
-           ", recomputed " + ints_text(m.found.data(), m.found.size()) + "\n";
-    out += "replayed " + std::to_string(r.steps) + " steps" + scope +
-           " with routing recomputed: the first token whose experts differ is above\n";
-    return out;
-  }
-  if (r.unreproducible && !r.mismatch) {
-    const Unreproducible& u = *r.unreproducible;
-    out += "stopped at step " + std::to_string(u.step) + ", site " + u.site +
-           ": a tensor-core GEMM (" + u.plan + ") that the CPU cannot reproduce\n";
-    std::string list;
-    for (size_t i = 0; i < u.sites.size() && i < 8; ++i) list += (i ? ", " : "") + u.sites[i];
-    if (u.sites.size() > 8) list += ", ...";
-    out += "  cuBLASLt sites of step " + std::to_string(u.step) + " (" +
-           std::to_string(u.sites.size()) + "): " + list + "\n";
-    out += "checked " + std::to_string(r.steps) + " whole steps" + scope + ", " +
-           std::to_string(r.tokens) + " tokens, and step " + std::to_string(u.step) +
-           " up to " + u.site + " (" + std::to_string(r.rows_checked) + " rows, " +
-           std::to_string(r.plans_checked) +
-           " plans in all): bit-exact; the rest needs --device cuda on the recording GPU "
-           "model\n";
-    return out;
-  }
-  if (r.mismatch) {
-    const Mismatch& m = *r.mismatch;
-    out += "mismatch at step " + std::to_string(m.step);
-    if (m.position >= 0) {
-      out += ", request " + std::to_string(m.request) + ", position " + std::to_string(m.position);
-    } else if (m.request != 0 || m.site == "finish") {
-      out += ", request " + std::to_string(m.request);
-    }
-    if (m.batch_row >= 0) out += " (batch row " + std::to_string(m.batch_row) + ")";
-    out += ", site " + m.site + ": " + m.what + "\n";
-    out += "  expected (trace):  " + m.expected + "\n";
-    out += "  found (replay):    " + m.found + "\n";
-    out += "replayed " + std::to_string(r.steps) + " steps" + scope + ", " +
-           std::to_string(r.tokens) + " tokens before the mismatch: not bit-exact\n";
-    return out;
-  }
-  out += "replayed " + std::to_string(r.steps) + " steps, " + std::to_string(r.tokens) + " tokens" +
-         scope + ": bit-exact";
-  if (r.check_routing) out += " (routing recomputed, every token's experts as recorded)";
-  out += "\n";
-  if (!r.trace_complete) {
-    out += "(trace truncated: replayed up to its last whole step, step " +
-           std::to_string(r.last_whole_step) + ")\n";
-  }
-  for (const std::string& f : r.written) out += "wrote " + f + "\n";
-  return out;
-}
-
-std::string replay_report_json(const ReplayReport& r) {
-  nlohmann::json j;
-  j["trace"] = r.trace;
-  j["model"] = r.model;
-  j["bit_exact"] = r.bit_exact();
-  j["steps"] = r.steps;
-  j["tokens"] = r.tokens;
-  j["rows_checked"] = r.rows_checked;
-  j["logits_checked"] = r.logits_checked;
-  j["plans_checked"] = r.plans_checked;
-  j["routings_checked"] = r.routings_checked;
-  j["logit_blobs_checked"] = r.logit_blobs_checked;
-  j["trace_steps"] = r.trace_steps;
-  j["trace_tokens"] = r.trace_tokens;
-  j["trace_complete"] = r.trace_complete;
-  j["last_whole_step"] = r.last_whole_step;
-  j["request"] = r.request ? nlohmann::json(*r.request) : nlohmann::json(nullptr);
-  j["check_routing"] = r.check_routing;
-  j["notes"] = r.notes;
-  j["written"] = r.written;
-  if (r.mismatch) {
-    const Mismatch& m = *r.mismatch;
-    j["mismatch"] = {{"step", m.step},           {"request", m.request}, {"position", m.position},
-                     {"batch_row", m.batch_row}, {"site", m.site},       {"what", m.what},
-                     {"expected", m.expected},   {"found", m.found}};
-  } else {
-    j["mismatch"] = nullptr;
-  }
-  if (r.unreproducible) {
-    const Unreproducible& u = *r.unreproducible;
-    j["unreproducible"] = {
-        {"step", u.step}, {"site", u.site}, {"plan", u.plan}, {"sites", u.sites}};
-  } else {
-    j["unreproducible"] = nullptr;
-  }
-  if (r.routing_mismatch) {
-    const RoutingMismatch& m = *r.routing_mismatch;
-    j["routing_mismatch"] = {{"step", m.step},           {"layer", m.layer},
-                             {"request", m.request},     {"position", m.position},
-                             {"batch_row", m.batch_row}, {"expected", m.expected},
-                             {"found", m.found}};
-  } else {
-    j["routing_mismatch"] = nullptr;
-  }
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace llmrr::replay
