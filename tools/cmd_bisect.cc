@@ -50,6 +50,7 @@ int run_bisect_command(int argc, char** argv) {
   std::string a, b, request;
   replay::BisectOptions o;
   bool json = false, quiet = false;
+  std::string search = "both";
   app.add_option("A", a, "the reference trace (e.g. the request alone)")->required();
   app.add_option("B", b, "the trace whose split is explained (e.g. under load)")->required();
   app.add_option("--request", request,
@@ -59,6 +60,11 @@ int run_bisect_command(int argc, char** argv) {
   app.add_option("-j,--jobs", o.jobs, "replays run in parallel (default 1)");
   app.add_option("--threads", o.threads,
                  "engine threads per replay (default: the host's cores / jobs, at most 8)");
+  app.add_option("--max-replays", o.max_replays,
+                 "replays each search may run (default 0: no limit); at the limit the search "
+                 "reports the reproducing set it has narrowed to");
+  app.add_option("--search", search,
+                 "which splits to search: both (default), numerical or visible");
   app.add_flag("--json", json, "print the report as one JSON object");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   app.footer(
@@ -74,6 +80,7 @@ int run_bisect_command(int argc, char** argv) {
       "  llmrr bisect alone.trace loaded.trace\n"
       "  llmrr bisect alone.trace loaded.trace --request 0 --jobs 2\n"
       "  llmrr bisect a.trace b.trace --request 3:7 --json | jq .visible.minimal\n"
+      "  llmrr bisect production.trace invariant.trace --search visible --max-replays 300\n"
       "\n"
       "A progress bar is drawn on stderr when it is a terminal (-q turns it off).\n"
       "Exit codes: 0 no split, 1 a cause found, 2 bad input (different models, unknown\n"
@@ -87,6 +94,22 @@ int run_bisect_command(int argc, char** argv) {
   if (o.jobs < 1 || o.jobs > 64) {
     return cli::report("bisect",
                        make_error(ErrorCode::kInvalidArgument, "--jobs must be in [1, 64]"));
+  }
+  if (o.max_replays < 0) {
+    return cli::report("bisect", make_error(ErrorCode::kInvalidArgument,
+                                            "--max-replays must be 0 (no limit) or more, got " +
+                                                std::to_string(o.max_replays)));
+  }
+  if (search == "both") {
+    o.searches = replay::BisectOptions::Searches::kBoth;
+  } else if (search == "numerical") {
+    o.searches = replay::BisectOptions::Searches::kNumerical;
+  } else if (search == "visible") {
+    o.searches = replay::BisectOptions::Searches::kVisible;
+  } else {
+    return cli::report("bisect", make_error(ErrorCode::kInvalidArgument,
+                                            "--search must be both, numerical or visible, got '" +
+                                                search + "'"));
   }
   if (o.threads < 0 || o.threads > 64) {
     return cli::report("bisect",
@@ -108,7 +131,5 @@ int run_bisect_command(int argc, char** argv) {
     std::fputs(replay::format_bisect_report(*r).c_str(), stdout);
   }
   if (!r->split()) return cli::kExitOk;
-  const bool explained =
-      (r->split_position < 0 || r->numerical.ran) && (r->visible_position < 0 || r->visible.ran);
-  return explained ? cli::kExitDiffer : cli::kExitInternal;
+  return r->explained() ? cli::kExitDiffer : cli::kExitInternal;
 }

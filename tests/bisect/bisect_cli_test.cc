@@ -101,6 +101,44 @@ TEST(BisectCli, JsonAndTextOfTheReadmePair) {
   EXPECT_NE(out.find(" replays ("), std::string::npos) << out;
 }
 
+// --search visible: the numerical split is left unsearched, the visible one is explained
+// (exit 1) with the visible minimal set of the full search; bad values exit 2.
+TEST(BisectCli, SearchVisibleOnlyAndReplayBudget) {
+  const std::string bin = rtest::llmrr_binary();
+  const std::string pair = " " + traces().alone + " " + traces().loaded;
+  std::string out, full_out;
+  ASSERT_EQ(run_command(bin + " bisect --json" + pair, &full_out), 1) << full_out;
+  nlohmann::json full = nlohmann::json::parse(full_out, nullptr, false);
+  ASSERT_FALSE(full.is_discarded()) << full_out;
+  int rc = run_command(bin + " bisect --json --search visible" + pair, &out);
+  ASSERT_EQ(rc, 1) << out;
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_FALSE(j["numerical"]["ran"].get<bool>());
+  EXPECT_TRUE(j["numerical"]["skipped"].get<bool>());
+  EXPECT_EQ(j["numerical"]["replays"].get<int>(), 0);
+  ASSERT_TRUE(j["visible"]["ran"].get<bool>()) << j.dump(2);
+  EXPECT_FALSE(j["visible"]["seeded"].get<bool>());
+  EXPECT_FALSE(j["visible"]["exhausted"].get<bool>());
+  EXPECT_GE(j["visible"]["minimal"].size(), 1u);
+  rc = run_command(bin + " bisect --search visible" + pair, &out);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("not searched (--search visible)"), std::string::npos) << out;
+
+  // A budget of one replay per search: each search still names a reproducing set.
+  rc = run_command(bin + " bisect --json --max-replays 1" + pair, &out);
+  ASSERT_EQ(rc, 1) << out;
+  j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_LE(j["numerical"]["replays"].get<int>(), 2 + 1);
+  EXPECT_GE(j["numerical"]["minimal"].size(), full["numerical"]["minimal"].size());
+
+  for (const char* bad : {" --search both-ways", " --search ''", " --max-replays -1"}) {
+    rc = run_command(bin + " bisect" + bad + pair, &out, true);
+    EXPECT_EQ(rc, 2) << bad << ": " << out;
+  }
+}
+
 TEST(BisectCli, InvariantPairExitsZero) {
   std::string out;
   int rc = run_command(

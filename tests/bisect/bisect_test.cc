@@ -332,6 +332,43 @@ TEST(Bisect, AloneVersusLoadIsOneMinimalDense) {
   check_alone_versus_load("tiny-dense", false, 40, 12);
 }
 
+// Production against invariant: B differs from A in almost every plan. A replay budget
+// stops the numerical search on a set that still reproduces B's logits bit for bit (ddmin
+// only ever narrows to reproducing sets), flagged exhausted (bisect_cli_test checks
+// --search visible on a pair that splits visibly).
+TEST(Bisect, ReplayBudgetAndSearchSelection) {
+  const LoadedModel& m = builtin("tiny-moe");
+  RunSpec spec;
+  spec.config.weight_type = kernels::WeightType::kBF16;
+  spec.config.bf16_activations = true;
+  spec.requests = {rtest::target_and_load(m, "Once upon a time", 24, 0)[0]};
+  spec.policy = "production";
+  Recorded a = record(m, spec, temp_path("budget-production.trace"));
+  spec.policy = "invariant";
+  Recorded b = record(m, spec, temp_path("budget-invariant.trace"));
+  ASSERT_TRUE(a.ok && b.ok);
+
+  replay::BisectOptions o;
+  o.request = std::make_pair(kTarget, kTarget);
+  o.max_replays = 3;
+  auto session = BisectSession::open(a.path, b.path, o, &m);
+  ASSERT_TRUE(session.ok()) << session.status().to_string();
+  BisectReport r = (*session)->run();
+  ASSERT_GE(r.split_position, 0) << "the two policies' logits differ (pinned by this test)";
+  ASSERT_GE(r.factors.size(), 20u) << "most plans differ between the policies";
+  ASSERT_TRUE(r.numerical.ran) << replay::format_bisect_report(r);
+  EXPECT_TRUE(r.numerical.exhausted);
+  EXPECT_LE(r.numerical.replays, 2 + 3);
+  EXPECT_TRUE(r.explained());
+  BisectSession::Outcome whole = (*session)->evaluate(r.numerical.minimal, r.split_position);
+  ASSERT_TRUE(whole.ok) << whole.error;
+  EXPECT_TRUE(whole.numerical) << "the budget's set reproduces B's logits";
+  const std::string text = replay::format_bisect_report(r);
+  EXPECT_NE(text.find("stopped at its budget of 3 replays"), std::string::npos) << text;
+  EXPECT_NE(replay::bisect_report_json(r).find("\"exhausted\":true"), std::string::npos);
+
+}
+
 TEST(Bisect, InvariantPairDoesNotSplit) {
   const LoadedModel& m = builtin("tiny-moe");
   RunSpec spec;

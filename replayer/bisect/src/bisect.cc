@@ -451,16 +451,34 @@ BisectReport BisectSession::run() {
   Impl& s = *impl_;
   BisectReport& rep = s.report;
   if (!rep.split()) return rep;
+  using Searches = BisectOptions::Searches;
+  const bool numerical = s.options.searches != Searches::kVisible;
+  const bool visible = s.options.searches != Searches::kNumerical;
+  if (rep.split_position >= 0 && !numerical) {
+    rep.numerical.skipped = true;
+    rep.numerical.position = rep.split_position;
+    rep.numerical.universe = s.numerical_universe;
+    rep.numerical.conclusion = "not searched (--search visible)";
+  }
+  if (rep.visible_position >= 0 && !visible) {
+    rep.visible.skipped = true;
+    rep.visible.position = rep.visible_position;
+    rep.visible.universe = static_cast<int32_t>(rep.factors.size());
+    rep.visible.conclusion = "not searched (--search numerical)";
+  }
   if (rep.split_position >= 0) {
-    rep.numerical = s.search(false, rep.split_position, s.numerical_universe);
+    if (numerical) rep.numerical = s.search(false, rep.split_position, s.numerical_universe);
     std::string pos = rep.split_position < rep.prompt_len
                           ? "prompt position " + std::to_string(rep.split_position)
                           : "position " + std::to_string(rep.split_position);
     rep.numerical.target = "B's logits at " + pos + ", bit for bit";
   }
   if (rep.visible_position >= 0) {
-    rep.visible = s.search(true, rep.visible_position - 1, static_cast<int32_t>(rep.factors.size()),
-                           rep.numerical.ran ? rep.numerical.minimal : std::vector<int32_t>{});
+    if (visible) {
+      rep.visible =
+          s.search(true, rep.visible_position - 1, static_cast<int32_t>(rep.factors.size()),
+                   rep.numerical.ran ? rep.numerical.minimal : std::vector<int32_t>{});
+    }
     std::string tok = std::to_string(rep.token_b);
     if (s.model && s.model->tokenizer && rep.token_b >= 0) {
       const int32_t id = rep.token_b;

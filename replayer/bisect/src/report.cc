@@ -38,7 +38,7 @@ std::string count_by_kind(const BisectReport& r, int32_t universe) {
 
 void search_story(const BisectReport& r, const char* what, const SearchResult& s,
                   std::string* out) {
-  *out += std::string(what) + " split (" + s.target + "): ";
+  *out += std::string(what) + " split" + (s.target.empty() ? "" : " (" + s.target + ")") + ": ";
   if (!s.ran) {
     *out += s.conclusion + ".\n";
     return;
@@ -72,6 +72,8 @@ nlohmann::json search_json(const BisectReport& r, const SearchResult& s) {
                       {"position", s.position},
                       {"universe", s.universe},
                       {"seeded", s.seeded},
+                      {"exhausted", s.exhausted},
+                      {"skipped", s.skipped},
                       {"replays", s.replays},
                       {"conclusion", s.conclusion}};
   nlohmann::json m = nlohmann::json::array();

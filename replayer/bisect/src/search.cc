@@ -321,7 +321,13 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
       sets.push_back(std::move(set));
     }
     for (size_t from = 0; from < sets.size(); from += static_cast<size_t>(jobs)) {
-      const size_t to = std::min(sets.size(), from + static_cast<size_t>(jobs));
+      const int64_t left = options.max_replays - (replays.load() - before - 2);
+      if (options.max_replays > 0 && left <= 0) {
+        res.exhausted = true;  // answer "none reproduces": ddmin ends on the set it holds
+        return -1;
+      }
+      size_t to = std::min(sets.size(), from + static_cast<size_t>(jobs));
+      if (options.max_replays > 0) to = std::min(to, from + static_cast<size_t>(left));
       std::vector<char> ok(to - from, 0);
       if (to - from == 1) {
         ok[0] = pred(eval(sets[from]));
@@ -345,14 +351,23 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
     res.conclusion =
         report.factors[static_cast<size_t>(res.minimal[0])].text + " alone reproduces it";
   } else {
+    // A long set is named by its first factors; --json lists every one.
+    constexpr size_t kNamed = 8;
+    const size_t named = std::min(res.minimal.size(), kNamed);
     std::string s = "together, ";
-    for (size_t i = 0; i < res.minimal.size(); ++i) {
-      s += (i == 0                        ? ""
-            : i + 1 == res.minimal.size() ? "; and "
-                                          : "; ") +
+    for (size_t i = 0; i < named; ++i) {
+      s += (i == 0                                             ? ""
+            : i + 1 == named && named == res.minimal.size() ? "; and "
+                                                              : "; ") +
            report.factors[static_cast<size_t>(res.minimal[i])].text;
     }
-    res.conclusion = s + " reproduce it (none can be left out)";
+    if (named < res.minimal.size()) {
+      s += "; and " + std::to_string(res.minimal.size() - named) + " more (--json lists them)";
+    }
+    res.conclusion = s + (res.exhausted ? " reproduce it (the search stopped at its budget of " +
+                                              std::to_string(options.max_replays) +
+                                              " replays: some may be dispensable)"
+                                        : " reproduce it (none can be left out)");
   }
   return res;
 }

@@ -83,17 +83,28 @@ struct BisectOptions {
   std::string model;    // model spec overriding the recorded one ("" = as recorded)
   int32_t jobs = 1;     // replays in parallel
   int32_t threads = 0;  // engine threads per replay; 0: the host's cores / jobs, at most 8
+  // Replays each search may run beyond its two sanity checks (0: no limit). ddmin's set
+  // reproduces the split at every moment, so a search that reaches the budget reports the
+  // set it has narrowed to (SearchResult::exhausted): it reproduces, but a factor of it may
+  // be dispensable. Worth it where B differs from A almost everywhere (production against
+  // invariant: hundreds of plans, and a numerical split that needs most of them).
+  int64_t max_replays = 0;
+  // The splits to search: both, or only the numerical or only the visible one.
+  enum class Searches : uint8_t { kBoth = 0, kNumerical = 1, kVisible = 2 };
+  Searches searches = Searches::kBoth;
   // Called after every replay (from the searching thread).
   std::function<void(const std::string& phase, int64_t replays, int64_t candidates)> progress;
 };
 
 struct SearchResult {
-  bool ran = false;              // false: no such split, or the sanity checks failed
+  bool ran = false;              // false: no such split, not asked for, or the sanity checks failed
+  bool skipped = false;          // not asked for (BisectOptions::searches)
   std::string target;            // "B's logits at position 29" / "B's token 'e' at position 50"
   int32_t position = -1;         // P (a row) or V (a token position)
   int32_t universe = 0;          // factors that can act on it (steps up to that row)
   std::vector<int32_t> minimal;  // indices into BisectReport::factors, in order
   bool seeded = false;           // searched within the numerical split's set (it reproduced)
+  bool exhausted = false;        // stopped at max_replays: `minimal` reproduces, unproven minimal
   int64_t replays = 0;           // replays this search ran (cache hits not counted)
   std::string conclusion;        // "... alone reproduces it"
 };
@@ -118,6 +129,11 @@ struct BisectReport {
   double seconds = 0;      // wall time of the whole bisect (diff, loading, replays)
   std::vector<std::string> notes;
   bool split() const { return verdict != Verdict::kIdentical; }
+  // Every split the options asked for was searched (or there is none).
+  bool explained() const {
+    return (split_position < 0 || numerical.ran || numerical.skipped) &&
+           (visible_position < 0 || visible.ran || visible.skipped);
+  }
 };
 
 // Errors: unreadable traces; the two traces record different models (kInvalidArgument, the
