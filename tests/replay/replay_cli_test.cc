@@ -175,5 +175,44 @@ TEST(DemoCli, TellsTheStory) {
   EXPECT_EQ(exact, 3u) << four;
 }
 
+// The real-model demo's story (README "One question, two answers"): SmolLM2 answers the
+// France question "Paris" under the production policy and "L'Étoile" under the invariant
+// one; bisect names one plan that alone picks the other first token; the invariant answer is
+// bit-identical under load; the production policy splits visibly under load; replays are
+// bit-exact. Skips without the model.
+TEST(DemoCli, SmolLM2TellsTheFranceStory) {
+  if (find_smollm2().empty()) {
+    GTEST_SKIP() << "SmolLM2 not in " << model_cache_dir() << " (run tools/fetch-smollm2)";
+  }
+  std::string out;
+  int rc = run_command("LLMRR_DEMO_SKIP_SETUP=1 LLMRR_BIN=" + rtest::llmrr_binary() + " " +
+                           LLMRR_SOURCE_DIR + "/tools/demo-smollm2",
+                       &out, true);
+  ASSERT_EQ(rc, 0) << out;
+  const size_t part2 = out.find("== 2."), part3 = out.find("== 3."), part4 = out.find("== 4.");
+  ASSERT_NE(part2, std::string::npos) << out;
+  ASSERT_NE(part3, std::string::npos) << out;
+  ASSERT_NE(part4, std::string::npos) << out;
+  const std::string one = out.substr(0, part2), two = out.substr(part2, part3 - part2),
+                    three = out.substr(part3, part4 - part3), four = out.substr(part4);
+  EXPECT_NE(one.find("The capital of France is Paris."), std::string::npos) << one;
+  EXPECT_NE(one.find("L'Étoile"), std::string::npos) << one;
+  EXPECT_NE(one.find("split at token 0"), std::string::npos) << one;
+  EXPECT_NE(one.find("Token 0: A 'The'"), std::string::npos) << one;
+  EXPECT_NE(two.find("alone reproduces it"), std::string::npos) << two;
+  EXPECT_NE(two.find("not searched (--search visible)"), std::string::npos) << two;
+  EXPECT_NE(three.find("identical (24 sampled positions, logits bit-identical"),
+            std::string::npos)
+      << three;
+  EXPECT_NE(three.find("split at token"), std::string::npos) << three;
+  EXPECT_EQ(four.find("mismatch"), std::string::npos) << four;
+  size_t exact = 0;
+  for (size_t at = four.find("bit-exact"); at != std::string::npos;
+       at = four.find("bit-exact", at + 1)) {
+    ++exact;
+  }
+  EXPECT_EQ(exact, 3u) << four;
+}
+
 }  // namespace
 }  // namespace llmrr
