@@ -16,6 +16,7 @@
 #include "engine_options.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/recorder/requests_file.h"
+#include "llmrr/safeio/output.h"
 #include "llmrr/recorder/trace_recorder.h"
 #include "llmrr/replayer/run_config.h"
 #include "llmrr/runtime/engine.h"
@@ -257,6 +258,12 @@ int run_record_command(int argc, char** argv) {
     return usage_error("--requests excludes --prompt and --prompt-ids");
   }
 
+  // Before any work: the trace is none of the inputs and its directory exists (a recording
+  // is written in place, not renamed, so that a killed run leaves a readable prefix).
+  if (Status st = safeio::check_output_file(ro.output, "-o", {o.model, ro.requests, ro.reference});
+      !st.ok()) {
+    return fail(st);
+  }
   Result<cli::EngineSetup> setup = cli::make_engine_setup(o, /*need_prompt=*/!from_file);
   if (!setup.ok()) return fail(setup.status());
   cli::EngineSetup& s = *setup;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "llmrr/safeio/output.h"
 #include "cli/trace_input.h"
 #include "llmrr/replayer/replay.h"
 
@@ -57,7 +58,14 @@ int run_replay_command(int argc, char** argv) {
       "device this build or machine lacks, or plans this device cannot run: then everything "
       "before the first of them was checked), 3 internal error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  if (request >= 0) o.request = static_cast<RequestId>(request);
+  if (app.count("--request") > 0) {
+    if (request < 0) {
+      return cli::report("replay", make_error(ErrorCode::kInvalidArgument,
+                                              "--request " + std::to_string(request) +
+                                                  ": expected a request id (an integer >= 0)"));
+    }
+    o.request = static_cast<RequestId>(request);
+  }
   Result<cli::TraceInput> input = cli::open_trace_input(path);
   if (!input.ok()) return cli::report("replay", input.status());
   if (Status st = cli::use_bundle_for_replay(*input, &path, &o.model, &o.request); !st.ok()) {
@@ -77,6 +85,11 @@ int run_replay_command(int argc, char** argv) {
   if (!materialize.empty() && o.out_dir.empty()) {
     return cli::report("replay",
                        make_error(ErrorCode::kInvalidArgument, "--materialize needs -o DIR"));
+  }
+  if (!materialize.empty()) {
+    if (Status st = safeio::check_output_dir(o.out_dir, "-o", {path, o.model}); !st.ok()) {
+      return cli::report("replay", st);
+    }
   }
   if (materialize.empty() && !o.out_dir.empty()) {
     cli::warn("replay", "-o without --materialize: nothing will be written");

@@ -15,10 +15,15 @@ Status stat_error(const std::string& path, std::string_view what, int err) {
                     path + ": cannot open the " + std::string(what) + ": " + std::strerror(err));
 }
 
+// "trace" → "trace file"; "requests file" stays.
+std::string as_file(std::string_view what) {
+  std::string w(what);
+  return w.size() >= 5 && w.compare(w.size() - 5, 5, " file") == 0 ? w : w + " file";
+}
+
 Status kind_error(const std::string& path, std::string_view what, unsigned mode) {
   return make_error(S_ISDIR(mode) ? ErrorCode::kIsDirectory : ErrorCode::kInvalidArgument,
-                    path + ": is " + file_kind(mode) + ", expected a regular " +
-                        std::string(what) + " file");
+                    path + ": is " + file_kind(mode) + ", expected a regular " + as_file(what));
 }
 
 }  // namespace
@@ -36,7 +41,7 @@ std::string file_kind(unsigned mode) {
 Status require_regular_file(const std::string& path, std::string_view what) {
   if (path.empty()) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "an empty path was given, expected a " + std::string(what) + " file");
+                      "an empty path was given, expected a " + as_file(what));
   }
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return stat_error(path, what, errno);

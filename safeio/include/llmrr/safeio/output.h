@@ -48,6 +48,9 @@ class OutputFile {
   std::FILE* file() const { return f_; }
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_; }
+  // Where a writer that takes a path writes: the temporary file (or the device written
+  // through). Its contents replace path() at commit().
+  const std::string& write_path() const { return temp_.empty() ? path_ : temp_; }
   Status write(std::string_view bytes);
   // Flushes, closes and renames the temporary file over path().
   Status commit();

@@ -1,0 +1,113 @@
+// The CLI under hostile inputs: exit 2, one line on stderr naming what was wrong, and no
+// input destroyed or output left half-written.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "trace_test_util.h"
+
+namespace llmrr {
+namespace {
+
+using rtest::run_command;
+using rtest::temp_path;
+
+const std::string& good_trace() {
+  static const std::string path = [] {
+    const std::string p = temp_path("hostile-good.trace");
+    std::string out;
+    EXPECT_EQ(run_command(rtest::llmrr_binary() +
+                              " record --model builtin:tiny-moe --prompt abc --max-tokens 6 -o " + p,
+                          &out, true),
+              0)
+        << out;
+    return p;
+  }();
+  return path;
+}
+
+// Runs `llmrr <args>` and expects exit 2 with one stderr line holding `says`.
+void expect_refused(const std::string& args, const std::string& says) {
+  std::string out;
+  const int rc = run_command("{ timeout 20 " + rtest::llmrr_binary() + " " + args + " 2>&1 >/dev/null; }", &out);
+  EXPECT_EQ(rc, 2) << args << "\n" << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << args << "\n" << out;
+  EXPECT_NE(out.find(says), std::string::npos) << args << "\n" << out;
+}
+
+TEST(HostileCli, FifoIsRefusedByEveryReader) {
+  const std::string fifo = temp_path("hostile.fifo");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string t = good_trace();
+  for (const std::string& args :
+       {"inspect " + fifo, "replay " + fifo, "diff " + t + " " + fifo, "report " + fifo + " -o " + fifo + ".html",
+        "export " + fifo + " --perfetto " + fifo + ".json", "unpack --list " + fifo, "verify " + fifo,
+        "dump " + fifo, "run --model " + fifo + " --prompt a",
+        "pack " + t + " --with-model --model " + fifo + " -o " + fifo + ".llmrr",
+        "record --model builtin:tiny-moe --requests " + fifo + " -o " + fifo + ".trace"}) {
+    expect_refused(args, "expected a");  // "a regular trace file", "a model (...)"
+  }
+  for (const char* ext : {".html", ".json", ".llmrr", ".trace"}) {
+    EXPECT_EQ(::access((fifo + ext).c_str(), F_OK), -1) << ext;
+  }
+}
+
+TEST(HostileCli, NoOutputOverwritesAnInput) {
+  const std::string t = temp_path("hostile-input.trace");
+  ASSERT_EQ(run_command("cp " + good_trace() + " " + t, nullptr), 0);
+  const std::string before = rtest::read_file(t);
+  const std::string gguf = temp_path("hostile-model.gguf");
+  ASSERT_EQ(run_command("cp " + std::string(LLMRR_FIXTURES_DIR) + "/tiny-llama-f32.gguf " + gguf, nullptr), 0);
+  const std::string model_before = rtest::read_file(gguf);
+  expect_refused("report " + t + " -o " + t, "never overwrites its input");
+  expect_refused("pack " + t + " -o " + t, "never overwrites its input");
+  expect_refused("export " + t + " --perfetto " + t, "never overwrites its input");
+  expect_refused("record --model " + gguf + " --prompt-ids 1,2 --max-tokens 2 -o " + gguf,
+                 "never overwrites its input");
+  EXPECT_EQ(rtest::read_file(t), before);
+  EXPECT_EQ(rtest::read_file(gguf), model_before);
+}
+
+TEST(HostileCli, OutputsInMissingDirectoriesAreRefusedBeforeWork) {
+  const std::string t = good_trace();
+  const std::string missing = temp_path("hostile-no-such-dir");
+  ::rmdir(missing.c_str());
+  expect_refused("record --model builtin:tiny-moe --prompt a --max-tokens 400 -o " + missing + "/x.trace",
+                 "does not exist");
+  expect_refused("report " + t + " -o " + missing + "/x.html", "does not exist");
+  expect_refused("export " + t + " --npy " + missing + "/npy", "does not exist");
+  expect_refused("replay " + t + " --materialize logits@0 -o " + missing + "/m", "does not exist");
+  expect_refused("record --model builtin:tiny-moe --prompt a -o ''", "the path is empty");
+  EXPECT_EQ(::access(missing.c_str(), F_OK), -1);
+}
+
+TEST(HostileCli, UnboundedAndDeepJsonInputs) {
+  const std::string deep = temp_path("hostile-deep.jsonl");
+  rtest::write_file(deep, std::string(200000, '[') + "\n");
+  expect_refused("record --model builtin:tiny-moe --requests " + deep + " -o " + deep + ".trace",
+                 "nested deeper than 64");
+  expect_refused("record --model builtin:tiny-moe --requests /dev/zero -o " + deep + ".trace",
+                 "character device");
+  const std::string dir = temp_path("hostile-deep-config");
+  ASSERT_EQ(run_command("rm -rf " + dir + " && mkdir -p " + dir + " && cp " +
+                            std::string(LLMRR_FIXTURES_DIR) + "/tiny-llama/model.safetensors " + dir,
+                        nullptr),
+            0);
+  rtest::write_file(dir + "/config.json", "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": " +
+                                              std::string(100000, '[') + std::string(100000, ']') + "}");
+  expect_refused("run --model " + dir + " --prompt-ids 1,2 --max-tokens 2", "nested deeper than 64");
+  rtest::write_file(dir + "/config.json", "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 1000000000000}");
+  expect_refused("run --model " + dir + " --prompt-ids 1,2 --max-tokens 2", "expected an integer below 2^31");
+}
+
+TEST(HostileCli, OptionsOutOfRange) {
+  const std::string t = good_trace();
+  expect_refused("replay " + t + " --request -1", "--request -1");
+  expect_refused("pack " + t + " " + t + " " + t + " -o " + temp_path("three.llmrr"), "TRACES");
+}
+
+}  // namespace
+}  // namespace llmrr
