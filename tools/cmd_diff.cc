@@ -35,7 +35,8 @@ int run_diff_command(int argc, char** argv) {
                  "model whose tokenizer decodes the text at a split (default: as recorded; "
                  "'none' prints token ids)");
   app.add_option("--tokens", o.continuation, "tokens of each continuation to show (default 12)");
-  app.add_option("--explain", explained, "split requests explained in detail (default 8)");
+  app.add_option("--explain", explained, "split requests explained in detail (default 8)")
+      ->check(CLI::Range(0, 1000000));
   app.add_flag("--json", json, "print the report as one JSON object");
   app.footer(
       "Examples:\n"

@@ -11,6 +11,7 @@
 #include "cli/trace_input.h"
 #include "cli/trace_text.h"
 #include "llmrr/format/trace_reader.h"
+#include "llmrr/safeio/json.h"
 
 namespace {
 
@@ -177,7 +178,7 @@ int print_json(const TraceReader& r) {
   for (const auto& [k, v] : sz.stored_by_frame_kind)
     fk[k] = {{"stored_bytes", v}, {"raw_bytes", sz.raw_by_frame_kind.at(k)}};
   j["frame_kinds"] = fk;
-  std::printf("%s\n", j.dump(2).c_str());
+  std::printf("%s\n", safeio::dump(j, 2).c_str());
   return 0;
 }
 

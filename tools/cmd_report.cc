@@ -10,6 +10,8 @@
 #include "cli/cli.h"
 #include "cli/trace_input.h"
 #include "llmrr/replayer/report.h"
+#include "llmrr/runtime/model.h"
+#include "llmrr/safeio/input.h"
 #include "llmrr/safeio/output.h"
 
 int run_report_command(int argc, char** argv) {
@@ -44,6 +46,14 @@ int run_report_command(int argc, char** argv) {
   if (!o.model.empty()) read.push_back(o.model);
   if (Status st = safeio::check_output_file(out, "-o", read); !st.ok()) {
     return cli::report("report", st);
+  }
+  // A --model given by hand must exist (a missing recorded model only costs the token text,
+  // as a note on the page).
+  if (!o.model.empty() && o.model != "none") {
+    Status st = o.model.rfind("builtin:", 0) == 0
+                    ? load_model(o.model).status()
+                    : safeio::require_file_or_directory(o.model, "model");
+    if (!st.ok()) return cli::report("report", st.with_context("--model: "));
   }
   Result<safeio::OutputFile> file = safeio::OutputFile::create(out, "-o");
   if (!file.ok()) return cli::report("report", file.status());

@@ -107,6 +107,45 @@ TEST(HostileCli, OptionsOutOfRange) {
   const std::string t = good_trace();
   expect_refused("replay " + t + " --request -1", "--request -1");
   expect_refused("pack " + t + " " + t + " " + t + " -o " + temp_path("three.llmrr"), "TRACES");
+  expect_refused("dump " + t + " --steps -1", "no step of");
+  expect_refused("dump " + t + " --steps 500:600", "no step of");
+  expect_refused("diff " + t + " " + t + " --explain -1", "--explain");
+  expect_refused("run --model builtin:tiny-moe --prompt a --seed -1", "--seed: expected an integer >= 0");
+  expect_refused("report " + t + " --model builtin:nope -o " + temp_path("nope.html"),
+                 "--model: builtin:nope");
+  EXPECT_EQ(::access(temp_path("nope.html").c_str(), F_OK), -1);
+  std::string out;
+  EXPECT_EQ(run_command("{ LLMRR_ISA=bogus " + rtest::llmrr_binary() +
+                            " run --model builtin:tiny-moe --prompt a 2>&1 >/dev/null; }",
+                        &out),
+            2);
+  EXPECT_NE(out.find("LLMRR_ISA=bogus: expected scalar, avx2 or avx512"), std::string::npos) << out;
+}
+
+TEST(HostileCli, InvalidUtf8IsEscapedInJson) {
+  // A prompt byte 0xff and a file name that is not UTF-8: inspect --json and export write
+  // valid JSON (U+FFFD in place of the bad bytes) and exit 0.
+  const std::string t = temp_path("hostile-\xff.trace");
+  std::string out;
+  ASSERT_EQ(run_command("{ " + rtest::llmrr_binary() +
+                            " record --model builtin:tiny-moe --prompt \"$(printf 'a\\xffb')\" "
+                            "--max-tokens 3 -o \"$(printf '" + t + "')\" 2>&1; }",
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(run_command("{ " + rtest::llmrr_binary() + " inspect --json \"$(printf '" + t +
+                            "')\" | python3 -c 'import json,sys; json.load(sys.stdin)'; }",
+                        &out, true),
+            0)
+      << out;
+  const std::string json = temp_path("hostile-utf8.json");
+  EXPECT_EQ(run_command("{ " + rtest::llmrr_binary() + " export \"$(printf '" + t +
+                            "')\" --perfetto " + json + " --npy " + temp_path("hostile-utf8-npy") +
+                            " && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' " + json +
+                            "; }",
+                        &out, true),
+            0)
+      << out;
 }
 
 }  // namespace
