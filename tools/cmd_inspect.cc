@@ -337,6 +337,9 @@ int run_inspect_command(int argc, char** argv) {
   for (const std::string& p : input->traces) {
     auto r = TraceReader::open(p);
     if (!r.ok()) return cli::report("inspect", r.status());
+    // Every frame's checksum and the records' semantics before a summary that would call a
+    // damaged trace complete (open() reads the header and the footer's index only).
+    if (Status st = (*r)->verify(); !st.ok()) return cli::report("inspect", st);
     for (const std::string& w : (*r)->warnings()) cli::warn("inspect", w);
     if (!json && p != input->traces.front()) std::printf("\n");
     rc = std::max(rc, json ? print_json(**r) : print_text(**r));

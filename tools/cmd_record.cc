@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/cli.h"
 #include "engine_options.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/recorder/requests_file.h"
@@ -182,7 +183,7 @@ trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& r
 
 int run_record_command(int argc, char** argv) {
   CLI::App app{"llmrr record: run the engine (as llmrr run) and record every step into a trace"};
-  app.name("llmrr record");
+  app.name("record");
   app.footer(
       "\nExamples:\n"
       "  llmrr record --model builtin:tiny-moe --prompt 'The quick brown fox' -o solo.trace\n"
@@ -221,12 +222,8 @@ int run_record_command(int argc, char** argv) {
                "instead of going unnoticed");
   app.add_flag("-q,--quiet", ro.quiet, "no progress bar and no summary");
   app.add_option("-o,--output", ro.output, "trace file to write")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  // One line on stderr and exit 2 for a usage error, --help on stdout.
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 
   RecorderOptions rec_opts;
   if (ro.capture == "none") {

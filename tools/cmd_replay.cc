@@ -10,9 +10,10 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "llmrr/safeio/output.h"
 #include "cli/trace_input.h"
+#include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/replay.h"
+#include "llmrr/safeio/output.h"
 
 int run_replay_command(int argc, char** argv) {
   using namespace llmrr;
@@ -103,6 +104,14 @@ int run_replay_command(int argc, char** argv) {
       if (done % 16 == 0)
         std::fprintf(stderr, "\rreplaying step %lld", static_cast<long long>(step));
     };
+  }
+  // A trace killed before its first step chunk holds nothing to re-execute: saying
+  // "bit-exact" of it would claim a check that did not happen.
+  if (auto rd = trace::TraceReader::open(path); rd.ok() && (*rd)->step_count() == 0) {
+    return cli::report("replay", make_error(ErrorCode::kSemantic,
+                                            path + ": holds no whole step (the recording "
+                                                   "stopped before its first step chunk): "
+                                                   "nothing to replay"));
   }
   Result<replay::ReplayReport> r = replay::replay_trace(path, o);
   if (tty && !json) std::fprintf(stderr, "\r\033[K");

@@ -550,11 +550,14 @@ int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
   return ::remove(path);
 }
 
-// The staging directory of an extraction, removed with everything in it unless released.
+// The staging directory of an extraction, removed with everything in it; and the output
+// directory itself when this extraction created it and it failed.
 struct Staging {
   std::string dir;
+  std::string created;  // cleared on success
   ~Staging() {
     if (!dir.empty()) ::nftw(dir.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (!created.empty()) ::rmdir(created.c_str());  // only when empty
   }
 };
 
@@ -723,6 +726,8 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
   // when the whole bundle has checked out: a damaged bundle leaves nothing behind.
   Staging staging;
   if (!dir.empty()) {
+    struct stat ds;
+    if (::stat(dir.c_str(), &ds) != 0) staging.created = dir;
     RETURN_IF_ERROR(safeio::make_output_dir(dir, "-o"));
     std::string templ = dir + "/.llmrr-unpack-XXXXXX";
     if (::mkdtemp(templ.data()) == nullptr) return io_error(dir, "cannot create a directory in");
@@ -848,6 +853,7 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
     }
     if (e.name.rfind("traces/", 0) == 0) c.traces.push_back(target);
   }
+  staging.created.clear();
   return c;
 }
 

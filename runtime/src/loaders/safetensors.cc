@@ -217,6 +217,13 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
   ASSIGN_OR_RETURN(json j, parse_json(text, where));
   if (!j.is_object()) return make_error(ErrorCode::kBadModel, where + ": not a JSON object");
   std::string arch_name;
+  if (j.contains("architectures") && !j["architectures"].is_null() &&
+      !(j["architectures"].is_array() &&
+        std::all_of(j["architectures"].begin(), j["architectures"].end(),
+                    [](const json& a) { return a.is_string(); })))
+    return make_error(ErrorCode::kBadModel, where + ": architectures is " +
+                                                safeio::dump_short(j["architectures"]) +
+                                                ", expected a list of names");
   if (j.contains("architectures") && j["architectures"].is_array() &&
       !j["architectures"].empty() && j["architectures"][0].is_string())
     arch_name = j["architectures"][0].get<std::string>();
