@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "trace_test_util.h"
 
@@ -120,6 +121,42 @@ TEST(HostileCli, OptionsOutOfRange) {
                         &out),
             2);
   EXPECT_NE(out.find("LLMRR_ISA=bogus: expected scalar, avx2 or avx512"), std::string::npos) << out;
+}
+
+TEST(HostileCli, CorruptionIsCaughtOutsideVerify) {
+  // A flipped bit inside a step chunk: inspect and pack read every frame's checksum.
+  std::string bytes = rtest::read_file(good_trace());
+  std::string out;
+  ASSERT_EQ(run_command("{ " + rtest::llmrr_binary() + " verify " + good_trace() + "; }", &out), 0);
+  const std::string flipped = temp_path("hostile-flipped.trace");
+  bytes[bytes.size() / 2] ^= 0x10;
+  rtest::write_file(flipped, bytes);
+  expect_refused("inspect " + flipped, "checksum");
+  expect_refused("pack " + flipped + " -o " + temp_path("flipped.llmrr"), "checksum");
+  EXPECT_EQ(::access(temp_path("flipped.llmrr").c_str(), F_OK), -1);
+  // Cut after the run header: nothing to replay or diff, which is not "bit-exact".
+  const std::string good = rtest::read_file(good_trace());
+  // The run header is frame 0: a 32-byte frame header (stored size at its byte 12) after
+  // the 16-byte file header.
+  uint32_t stored = 0;
+  std::memcpy(&stored, good.data() + 16 + 12, 4);
+  const std::string cut = flipped;
+  rtest::write_file(cut, good.substr(0, 16 + 32 + stored));
+  ASSERT_EQ(run_command("{ " + rtest::llmrr_binary() + " verify --allow-incomplete " + cut + "; }",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("0 steps"), std::string::npos) << out;
+  expect_refused("replay " + cut, "holds no whole step");
+  expect_refused("diff " + good_trace() + " " + cut, "holds no whole step");
+}
+
+TEST(HostileCli, VerifyOfABundleSaysSo) {
+  const std::string b = temp_path("hostile-verify.llmrr");
+  std::string out;
+  ASSERT_EQ(run_command("{ " + rtest::llmrr_binary() + " pack -q " + good_trace() + " -o " + b + "; }", &out), 0);
+  EXPECT_EQ(run_command("{ " + rtest::llmrr_binary() + " verify " + b + "; }", &out), 0);
+  EXPECT_NE(out.find("a bundle (llmrr pack) of 1 trace(s)"), std::string::npos) << out;
 }
 
 TEST(HostileCli, InvalidUtf8IsEscapedInJson) {
