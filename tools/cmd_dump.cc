@@ -259,8 +259,13 @@ int run_dump_command(int argc, char** argv) {
   TraceReader& rd = **r;
   for (const std::string& w : rd.warnings()) cli::warn("dump", w);
   const RunHeader& h = rd.run_header();
-  // A range that names no step of the trace is a mistake, not an empty answer.
-  if (!range.empty() && (last < rd.first_step() || first > rd.last_step() || rd.step_count() == 0)) {
+  // A range that names no step of the trace is a mistake, not an empty answer. (Kernel
+  // records, from llmrr record-cuda, carry steps of their own: those traces are not checked.)
+  const bool kernel_records =
+      std::any_of(rd.frames().begin(), rd.frames().end(),
+                  [](const auto& f) { return f.kind == FrameKind::kKernelRecords; });
+  if (!range.empty() && !kernel_records &&
+      (last < rd.first_step() || first > rd.last_step() || rd.step_count() == 0)) {
     return cli::report(
         "dump", make_error(ErrorCode::kInvalidArgument,
                            "--steps " + range + ": no step of " + path + " is in that range (" +
