@@ -57,6 +57,14 @@ Status open_impl(TraceReader::Impl& r, const ReaderOptions& opt) {
         p + ": expected a 16-byte llmrr trace header, found a " + std::to_string(n) + "-byte file");
   r.major = detail::load_u16(h + 8);
   r.minor = detail::load_u16(h + 10);
+  // Far past any version written (a major per incompatible change): the header is damaged
+  // or the bytes after the magic are not a header, which upgrading would not fix.
+  if (r.major > kFormatMajor + 64)
+    return make_error(ErrorCode::kCorruptPayload,
+                      p + ": offset 8: expected trace format version " +
+                          std::to_string(kFormatMajor) + ".x, found " + std::to_string(r.major) +
+                          "." + std::to_string(r.minor) +
+                          ", which no llmrr wrote: the file header is damaged");
   if (r.major > kFormatMajor)
     return make_error(ErrorCode::kVersionTooNew,
                       p + ": offset 8: expected trace format version " +

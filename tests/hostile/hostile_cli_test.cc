@@ -104,6 +104,18 @@ TEST(HostileCli, UnboundedAndDeepJsonInputs) {
   expect_refused("run --model " + dir + " --prompt-ids 1,2 --max-tokens 2", "expected an integer below 2^31");
 }
 
+TEST(HostileCli, GgufSizesOfZeroSayWhich) {
+  std::string g = rtest::read_file(std::string(LLMRR_FIXTURES_DIR) + "/tiny-llama-f32.gguf");
+  const std::string key = "llama.embedding_length";
+  const size_t at = g.find(key);
+  ASSERT_NE(at, std::string::npos);
+  std::memset(g.data() + at + key.size() + 4, 0, 4);  // the u32 value after its type
+  const std::string p = temp_path("hostile-embedding0.gguf");
+  rtest::write_file(p, g);
+  expect_refused("run --model " + p + " --prompt-ids 1,2 --max-tokens 2",
+                 "llama.embedding_length = 0, expected a positive integer");
+}
+
 TEST(HostileCli, OptionsOutOfRange) {
   const std::string t = good_trace();
   expect_refused("replay " + t + " --request -1", "--request -1");
