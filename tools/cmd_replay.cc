@@ -3,6 +3,7 @@
 // fingerprint, logit record and token. Exit 0 bit-exact, 1 at the first mismatch (printed
 // with step, request, position, site, expected vs found), 2 bad input (wrong model: the
 // weight hashes differ), 3 internal error.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -113,7 +114,12 @@ int run_replay_command(int argc, char** argv) {
                                                    "stopped before its first step chunk): "
                                                    "nothing to replay"));
   }
+  // The --materialize directory is created by the replay; one it created and left empty
+  // (the replay failed, or produced none of the rows asked for) is removed again.
+  struct stat out_st;
+  const bool out_created = !o.out_dir.empty() && ::stat(o.out_dir.c_str(), &out_st) != 0;
   Result<replay::ReplayReport> r = replay::replay_trace(path, o);
+  if (out_created) ::rmdir(o.out_dir.c_str());  // only succeeds when empty
   if (tty && !json) std::fprintf(stderr, "\r\033[K");
   if (!r.ok()) return cli::report("replay", r.status());
   if (json) {

@@ -81,6 +81,11 @@ TEST(HostileCli, OutputsInMissingDirectoriesAreRefusedBeforeWork) {
   expect_refused("report " + t + " -o " + missing + "/x.html", "does not exist");
   expect_refused("export " + t + " --npy " + missing + "/npy", "does not exist");
   expect_refused("replay " + t + " --materialize logits@0 -o " + missing + "/m", "does not exist");
+  // A directory the replay created and then wrote nothing into is not left behind.
+  const std::string m = temp_path("hostile-materialize-none");
+  ::rmdir(m.c_str());
+  expect_refused("replay " + t + " --materialize logits@999 -o " + m, "produced no rows");
+  EXPECT_EQ(::access(m.c_str(), F_OK), -1);
   expect_refused("record --model builtin:tiny-moe --prompt a -o ''", "the path is empty");
   EXPECT_EQ(::access(missing.c_str(), F_OK), -1);
 }
