@@ -125,6 +125,12 @@ Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std
       json reason = colon == std::string::npos ? what : what.substr(colon);
       return p.error("not valid JSON at column " + std::to_string(e.byte) + ": " +
                      safeio::dump_short(reason, 200));
+    } catch (const json::exception& e) {
+      // A number too large for a double (1e999) is out_of_range 406, not a parse_error.
+      std::string what = e.what();
+      const size_t bracket = what.find("] ");
+      json reason = bracket == std::string::npos ? what : what.substr(bracket + 2);
+      return p.error("not valid JSON: " + safeio::dump_short(reason, 200));
     }
     if (!obj.is_object()) {
       return p.error("expected a JSON object ({\"prompt\": ...}), found " + found(obj));

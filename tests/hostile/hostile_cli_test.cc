@@ -168,6 +168,22 @@ TEST(HostileCli, CorruptionIsCaughtOutsideVerify) {
   expect_refused("diff " + good_trace() + " " + cut, "holds no whole step");
 }
 
+TEST(HostileCli, ADamagedTrailerOrAppendedBytesAreNotAKilledRecording) {
+  const std::string good = rtest::read_file(good_trace());
+  const std::string p = temp_path("hostile-appended.trace");
+  rtest::write_file(p, good + std::string(1 << 20, '\0'));
+  expect_refused("verify --allow-incomplete " + p, "bytes were appended to a closed trace");
+  std::string damaged = good;
+  damaged[damaged.size() - 6] ^= 1;  // inside the trailer's check; its magic stays whole
+  rtest::write_file(p, damaged);
+  expect_refused("verify --allow-incomplete " + p, "the trailer is damaged");
+  // A recording killed while closing (footer written, trailer not) still reads.
+  rtest::write_file(p, good.substr(0, good.size() - 16));
+  std::string out;
+  EXPECT_EQ(run_command("{ " + rtest::llmrr_binary() + " verify --allow-incomplete " + p + "; }", &out), 0)
+      << out;
+}
+
 TEST(HostileCli, VerifyOfABundleSaysSo) {
   const std::string b = temp_path("hostile-verify.llmrr");
   std::string out;
