@@ -35,7 +35,8 @@ int run_diff_command(int argc, char** argv) {
                  "model whose tokenizer decodes the text at a split (default: as recorded; "
                  "'none' prints token ids)");
   app.add_option("--tokens", o.continuation, "tokens of each continuation to show (default 12)");
-  app.add_option("--explain", explained, "split requests explained in detail (default 8)");
+  app.add_option("--explain", explained, "split requests explained in detail (default 8)")
+      ->check(CLI::Range(0, 1000000));
   app.add_flag("--json", json, "print the report as one JSON object");
   app.footer(
       "Examples:\n"
@@ -75,6 +76,16 @@ int run_diff_command(int argc, char** argv) {
                                               std::to_string(paths.size())));
   }
   if (o.model.empty() && !in_a->model.empty()) o.model = in_a->model;
+  // A trace with nothing to compare (killed before its first step chunk) is bad input, not
+  // a difference.
+  for (const std::string& p : paths) {
+    Result<replay::TraceContent> c = replay::trace_content(p);
+    if (c.ok() && !c->engine_steps && !c->kernel_records) {
+      return cli::report("diff", make_error(ErrorCode::kSemantic,
+                                            p + ": holds no whole step (the recording stopped "
+                                                "before its first step chunk): nothing to diff"));
+    }
+  }
   // Kernel sequences (llmrr record-cuda traces): alone when neither trace has engine steps.
   std::optional<replay::KernelDiffReport> kd;
   if (auto ca = replay::trace_content(paths[0]), cb = replay::trace_content(paths[1]);

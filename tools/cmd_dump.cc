@@ -9,6 +9,7 @@
 #include "cli/trace_text.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/diff_kernels.h"
+#include "llmrr/safeio/json.h"
 
 namespace {
 
@@ -258,6 +259,22 @@ int run_dump_command(int argc, char** argv) {
   TraceReader& rd = **r;
   for (const std::string& w : rd.warnings()) cli::warn("dump", w);
   const RunHeader& h = rd.run_header();
+  // A range that names no step of the trace is a mistake, not an empty answer. (Kernel
+  // records, from llmrr record-cuda, carry steps of their own: those traces are not checked.)
+  const bool kernel_records =
+      std::any_of(rd.frames().begin(), rd.frames().end(),
+                  [](const auto& f) { return f.kind == FrameKind::kKernelRecords; });
+  if (!range.empty() && !kernel_records &&
+      (last < rd.first_step() || first > rd.last_step() || rd.step_count() == 0)) {
+    return cli::report(
+        "dump", make_error(ErrorCode::kInvalidArgument,
+                           "--steps " + range + ": no step of " + path + " is in that range (" +
+                               (rd.step_count() == 0
+                                    ? std::string("it holds no step")
+                                    : "it holds steps " + std::to_string(rd.first_step()) + " to " +
+                                          std::to_string(rd.last_step())) +
+                               ")"));
+  }
   if (as_json) {
     json j{{"type", "header"},
            {"format", std::to_string(rd.format_major()) + "." + std::to_string(rd.format_minor())},
@@ -268,7 +285,7 @@ int run_dump_command(int argc, char** argv) {
            {"policy", h.engine.policy},
            {"complete", rd.complete()},
            {"lossy", rd.lossy()}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", safeio::dump(j).c_str());
   } else {
     std::printf("trace %s: format %u.%u, llmrr %s, model %s, policy %s, %s%s\n", path.c_str(),
                 rd.format_major(), rd.format_minor(), h.tool_version.c_str(),
@@ -314,7 +331,7 @@ int run_dump_command(int argc, char** argv) {
         j["reference_trace"] = info->reference_trace;
         j["reference_blob"] = info->reference_blob;
       }
-      std::printf("%s\n", j.dump().c_str());
+      std::printf("%s\n", safeio::dump(j).c_str());
     } else {
       std::printf(
           "blob %lld: %s %s, %s, step %lld, request %llu%s\n", static_cast<long long>(info->id),
@@ -369,7 +386,7 @@ int run_dump_command(int argc, char** argv) {
     json j{{"type", "summary"},          {"kernels_printed", kernels_printed},
            {"steps_printed", n},         {"steps", rd.step_count()},
            {"tokens", rd.token_count()}, {"blobs", rd.blob_count()}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", safeio::dump(j).c_str());
   }
   return 0;
 }

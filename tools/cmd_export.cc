@@ -3,11 +3,13 @@
 // ui.perfetto.dev / chrome://tracing, and NumPy arrays of fingerprints, top-K logits and
 // routing.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "cli/cli.h"
 #include "cli/trace_input.h"
 #include "llmrr/replayer/export.h"
+#include "llmrr/safeio/output.h"
 
 int run_export_command(int argc, char** argv) {
   using namespace llmrr;
@@ -34,6 +36,21 @@ int run_export_command(int argc, char** argv) {
                        make_error(ErrorCode::kInvalidArgument,
                                   "nothing to do: give --perfetto FILE and/or --npy DIR"));
   }
+  // Before any work: no output is the input; the JSON is written whole or not at all.
+  std::optional<safeio::OutputFile> perfetto_file;
+  if (!perfetto.empty()) {
+    if (Status st = safeio::check_output_file(perfetto, "--perfetto", {path}); !st.ok()) {
+      return cli::report("export", st);
+    }
+    Result<safeio::OutputFile> f = safeio::OutputFile::create(perfetto, "--perfetto");
+    if (!f.ok()) return cli::report("export", f.status());
+    perfetto_file = std::move(*f);
+  }
+  if (!npy.empty()) {
+    if (Status st = safeio::check_output_dir(npy, "--npy", {path}); !st.ok()) {
+      return cli::report("export", st);
+    }
+  }
   Result<cli::TraceInput> input = cli::open_trace_input(path);
   if (!input.ok()) return cli::report("export", input.status());
   if (input->traces.size() != 1) {
@@ -45,8 +62,10 @@ int run_export_command(int argc, char** argv) {
   auto reader = trace::TraceReader::open(input->traces[0]);
   if (!reader.ok()) return cli::report("export", reader.status());
   if (!perfetto.empty()) {
-    Result<replay::PerfettoSummary> s = replay::export_perfetto(**reader, perfetto);
+    Result<replay::PerfettoSummary> s =
+        replay::export_perfetto(**reader, perfetto_file->write_path());
     if (!s.ok()) return cli::report("export", s.status());
+    if (Status st = perfetto_file->commit(); !st.ok()) return cli::report("export", st);
     std::fprintf(stderr,
                  "wrote %s: %lld events (%lld step slices, %lld request slices, %lld counters, "
                  "%lld kernels)\n",

@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/cli.h"
 #include "engine_options.h"
 #include "llmrr/replayer/fuzz.h"
 
@@ -65,7 +66,7 @@ int exit_for(const replay::FuzzSummary& s) { return s.numerical + s.visible > 0 
 
 int run_merge(int argc, char** argv) {
   CLI::App app{"llmrr fuzz merge: combine the summaries of a sharded fuzz campaign"};
-  app.name("llmrr fuzz merge");
+  app.name("fuzz merge");
   app.footer(
       "\nExamples:\n"
       "  llmrr fuzz merge out/shard-*/ --out out/all\n"
@@ -78,12 +79,8 @@ int run_merge(int argc, char** argv) {
   app.add_option("inputs", inputs, "shard output directories or their summary.json")->required();
   app.add_option("--out", out, "write the merged summary.json here");
   app.add_flag("--json", json, "print the merged summary.json to stdout instead of the report");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  // One line on stderr and exit 2 for a usage error, --help on stdout.
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   std::vector<replay::FuzzSummary> shards;
   std::vector<std::string> dirs;
   for (const std::string& in : inputs) {
@@ -126,7 +123,7 @@ int run_fuzz_command(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "merge") return run_merge(argc - 1, argv + 1);
   CLI::App app{
       "llmrr fuzz: run a prompt under many batch compositions and report what splits it"};
-  app.name("llmrr fuzz");
+  app.name("fuzz");
   app.footer(
       "\nEach run i draws a composition from --seed: co-requests (count, prompt lengths and\n"
       "contents, arrival steps, max tokens), the target's arrival step, the prefill chunk,\n"
@@ -189,12 +186,8 @@ int run_fuzz_command(int argc, char** argv) {
   app.add_option("--attn-split", o.attn_split, "invariant policy: attention split size");
   app.add_flag("--json", json, "print summary.json to stdout instead of the report");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  // One line on stderr and exit 2 for a usage error, --help on stdout.
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 
   // Values first, so that a typo fails before the model loads.
   if (runs < 0 || runs > 100000000) return usage_error("--runs must be in [0, 1e8]");

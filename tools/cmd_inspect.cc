@@ -11,6 +11,7 @@
 #include "cli/trace_input.h"
 #include "cli/trace_text.h"
 #include "llmrr/format/trace_reader.h"
+#include "llmrr/safeio/json.h"
 
 namespace {
 
@@ -177,7 +178,7 @@ int print_json(const TraceReader& r) {
   for (const auto& [k, v] : sz.stored_by_frame_kind)
     fk[k] = {{"stored_bytes", v}, {"raw_bytes", sz.raw_by_frame_kind.at(k)}};
   j["frame_kinds"] = fk;
-  std::printf("%s\n", j.dump(2).c_str());
+  std::printf("%s\n", safeio::dump(j, 2).c_str());
   return 0;
 }
 
@@ -336,6 +337,9 @@ int run_inspect_command(int argc, char** argv) {
   for (const std::string& p : input->traces) {
     auto r = TraceReader::open(p);
     if (!r.ok()) return cli::report("inspect", r.status());
+    // Every frame's checksum and the records' semantics before a summary that would call a
+    // damaged trace complete (open() reads the header and the footer's index only).
+    if (Status st = (*r)->verify(); !st.ok()) return cli::report("inspect", st);
     for (const std::string& w : (*r)->warnings()) cli::warn("inspect", w);
     if (!json && p != input->traces.front()) std::printf("\n");
     rc = std::max(rc, json ? print_json(**r) : print_text(**r));

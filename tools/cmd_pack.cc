@@ -17,7 +17,7 @@ int run_pack_command(int argc, char** argv) {
   std::string out;
   std::vector<uint64_t> keep;
   bool quiet = false;
-  app.add_option("TRACES", o.traces, "trace files (.trace), one or two")->required();
+  app.add_option("TRACES", o.traces, "trace files (.trace), one or two")->required()->expected(1, 2);
   app.add_option("-o,--output", out, "the bundle to write (e.g. bug.llmrr)")->required();
   app.add_flag("--redact", o.redact,
                "keep only the --keep requests whole: every other request loses its token ids, "

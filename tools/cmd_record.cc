@@ -13,9 +13,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/cli.h"
 #include "engine_options.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/recorder/requests_file.h"
+#include "llmrr/safeio/output.h"
 #include "llmrr/recorder/trace_recorder.h"
 #include "llmrr/replayer/run_config.h"
 #include "llmrr/runtime/engine.h"
@@ -181,7 +183,7 @@ trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& r
 
 int run_record_command(int argc, char** argv) {
   CLI::App app{"llmrr record: run the engine (as llmrr run) and record every step into a trace"};
-  app.name("llmrr record");
+  app.name("record");
   app.footer(
       "\nExamples:\n"
       "  llmrr record --model builtin:tiny-moe --prompt 'The quick brown fox' -o solo.trace\n"
@@ -220,12 +222,8 @@ int run_record_command(int argc, char** argv) {
                "instead of going unnoticed");
   app.add_flag("-q,--quiet", ro.quiet, "no progress bar and no summary");
   app.add_option("-o,--output", ro.output, "trace file to write")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  // One line on stderr and exit 2 for a usage error, --help on stdout.
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 
   RecorderOptions rec_opts;
   if (ro.capture == "none") {
@@ -257,6 +255,12 @@ int run_record_command(int argc, char** argv) {
     return usage_error("--requests excludes --prompt and --prompt-ids");
   }
 
+  // Before any work: the trace is none of the inputs and its directory exists (a recording
+  // is written in place, not renamed, so that a killed run leaves a readable prefix).
+  if (Status st = safeio::check_output_file(ro.output, "-o", {o.model, ro.requests, ro.reference});
+      !st.ok()) {
+    return fail(st);
+  }
   Result<cli::EngineSetup> setup = cli::make_engine_setup(o, /*need_prompt=*/!from_file);
   if (!setup.ok()) return fail(setup.status());
   cli::EngineSetup& s = *setup;

@@ -3,6 +3,7 @@
 // fingerprint, logit record and token. Exit 0 bit-exact, 1 at the first mismatch (printed
 // with step, request, position, site, expected vs found), 2 bad input (wrong model: the
 // weight hashes differ), 3 internal error.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,7 +12,9 @@
 
 #include "cli/cli.h"
 #include "cli/trace_input.h"
+#include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/replay.h"
+#include "llmrr/safeio/output.h"
 
 int run_replay_command(int argc, char** argv) {
   using namespace llmrr;
@@ -57,7 +60,14 @@ int run_replay_command(int argc, char** argv) {
       "device this build or machine lacks, or plans this device cannot run: then everything "
       "before the first of them was checked), 3 internal error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  if (request >= 0) o.request = static_cast<RequestId>(request);
+  if (app.count("--request") > 0) {
+    if (request < 0) {
+      return cli::report("replay", make_error(ErrorCode::kInvalidArgument,
+                                              "--request " + std::to_string(request) +
+                                                  ": expected a request id (an integer >= 0)"));
+    }
+    o.request = static_cast<RequestId>(request);
+  }
   Result<cli::TraceInput> input = cli::open_trace_input(path);
   if (!input.ok()) return cli::report("replay", input.status());
   if (Status st = cli::use_bundle_for_replay(*input, &path, &o.model, &o.request); !st.ok()) {
@@ -78,6 +88,11 @@ int run_replay_command(int argc, char** argv) {
     return cli::report("replay",
                        make_error(ErrorCode::kInvalidArgument, "--materialize needs -o DIR"));
   }
+  if (!materialize.empty()) {
+    if (Status st = safeio::check_output_dir(o.out_dir, "-o", {path, o.model}); !st.ok()) {
+      return cli::report("replay", st);
+    }
+  }
   if (materialize.empty() && !o.out_dir.empty()) {
     cli::warn("replay", "-o without --materialize: nothing will be written");
   }
@@ -91,7 +106,20 @@ int run_replay_command(int argc, char** argv) {
         std::fprintf(stderr, "\rreplaying step %lld", static_cast<long long>(step));
     };
   }
+  // A trace killed before its first step chunk holds nothing to re-execute: saying
+  // "bit-exact" of it would claim a check that did not happen.
+  if (auto rd = trace::TraceReader::open(path); rd.ok() && (*rd)->step_count() == 0) {
+    return cli::report("replay", make_error(ErrorCode::kSemantic,
+                                            path + ": holds no whole step (the recording "
+                                                   "stopped before its first step chunk): "
+                                                   "nothing to replay"));
+  }
+  // The --materialize directory is created by the replay; one it created and left empty
+  // (the replay failed, or produced none of the rows asked for) is removed again.
+  struct stat out_st;
+  const bool out_created = !o.out_dir.empty() && ::stat(o.out_dir.c_str(), &out_st) != 0;
   Result<replay::ReplayReport> r = replay::replay_trace(path, o);
+  if (out_created) ::rmdir(o.out_dir.c_str());  // only succeeds when empty
   if (tty && !json) std::fprintf(stderr, "\r\033[K");
   if (!r.ok()) return cli::report("replay", r.status());
   if (json) {

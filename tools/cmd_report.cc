@@ -10,6 +10,9 @@
 #include "cli/cli.h"
 #include "cli/trace_input.h"
 #include "llmrr/replayer/report.h"
+#include "llmrr/runtime/model.h"
+#include "llmrr/safeio/input.h"
+#include "llmrr/safeio/output.h"
 
 int run_report_command(int argc, char** argv) {
   using namespace llmrr;
@@ -38,6 +41,22 @@ int run_report_command(int argc, char** argv) {
       "\n"
       "Exit codes: 0 written, 2 bad input, 3 internal error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  // Before any work: the page is none of the inputs, and is written whole or not at all.
+  std::vector<std::string> read = inputs;
+  if (!o.model.empty()) read.push_back(o.model);
+  if (Status st = safeio::check_output_file(out, "-o", read); !st.ok()) {
+    return cli::report("report", st);
+  }
+  // A --model given by hand must exist (a missing recorded model only costs the token text,
+  // as a note on the page).
+  if (!o.model.empty() && o.model != "none") {
+    Status st = o.model.rfind("builtin:", 0) == 0
+                    ? load_model(o.model).status()
+                    : safeio::require_file_or_directory(o.model, "model");
+    if (!st.ok()) return cli::report("report", st.with_context("--model: "));
+  }
+  Result<safeio::OutputFile> file = safeio::OutputFile::create(out, "-o");
+  if (!file.ok()) return cli::report("report", file.status());
   std::vector<cli::TraceInput> held;
   std::vector<std::string> paths;
   for (const std::string& in : inputs) {
@@ -54,12 +73,8 @@ int run_report_command(int argc, char** argv) {
   }
   Result<std::string> html = replay::render_report(paths, o);
   if (!html.ok()) return cli::report("report", html.status());
-  std::FILE* f = std::fopen(out.c_str(), "wb");
-  bool written = f != nullptr && std::fwrite(html->data(), 1, html->size(), f) == html->size();
-  if (f != nullptr) written = std::fclose(f) == 0 && written;
-  if (!written) {
-    return cli::report("report", make_error(ErrorCode::kIo, out + ": cannot write the report"));
-  }
+  if (Status st = file->write(*html); !st.ok()) return cli::report("report", st);
+  if (Status st = file->commit(); !st.ok()) return cli::report("report", st);
   std::fprintf(stderr, "wrote %s (%s)\n", out.c_str(), cli::human_bytes(html->size()).c_str());
   return 0;
 }

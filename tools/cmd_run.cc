@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/cli.h"
 #include "engine_options.h"
 #include "llmrr/runtime/engine.h"
 
@@ -12,15 +13,11 @@ using namespace llmrr;
 
 int run_run_command(int argc, char** argv) {
   CLI::App app{"llmrr run: generate text for one prompt (stdout), optionally under load"};
-  app.name("llmrr run");
+  app.name("run");
   cli::EngineOptions o;
   cli::add_engine_options(app, o);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  // One line on stderr and exit 2 for a usage error, --help on stdout.
+  if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   Result<cli::EngineSetup> setup = cli::make_engine_setup(o);
   if (!setup.ok()) {
     std::fprintf(stderr, "llmrr run: %s\n", setup.status().to_string().c_str());

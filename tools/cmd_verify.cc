@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/cli.h"
+#include "cli/trace_input.h"
 #include "llmrr/format/trace_reader.h"
 
 int run_verify_command(int argc, char** argv) {
@@ -16,7 +17,7 @@ int run_verify_command(int argc, char** argv) {
       "verify"};
   std::string path;
   bool allow_incomplete = false, quiet = false;
-  app.add_option("TRACE", path, "trace file (.trace)")->required();
+  app.add_option("TRACE", path, "trace file (.trace), or a bundle (llmrr pack): its entries and traces")->required();
   app.add_flag("--allow-incomplete", allow_incomplete,
                "accept a trace without footer (recording killed) when its whole frames are valid");
   app.add_flag("-q,--quiet", quiet, "print nothing when the trace is valid");
@@ -28,6 +29,22 @@ int run_verify_command(int argc, char** argv) {
       "Exit codes: 0 valid, 2 invalid or unreadable (the first problem is printed), 3 internal "
       "error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (replay::is_pack_file(path)) {
+    // A bundle: every entry's hash, the manifest and the end record, then each trace in it.
+    Result<cli::TraceInput> input = cli::open_trace_input(path);
+    if (!input.ok()) return cli::report("verify", input.status());
+    for (const std::string& t : input->traces) {
+      auto r = TraceReader::open(t);
+      Status st = r.ok() ? (*r)->verify() : r.status();
+      if (!st.ok()) return cli::report("verify", st.with_context(path + " (a bundle): "));
+    }
+    if (!quiet) {
+      std::printf("%s: ok: a bundle (llmrr pack) of %zu trace(s), every entry's hash and every "
+                  "trace verified\n",
+                  path.c_str(), input->traces.size());
+    }
+    return 0;
+  }
   auto r = TraceReader::open(path);
   if (!r.ok()) return cli::report("verify", r.status());
   TraceReader& rd = **r;

@@ -25,7 +25,13 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_prompt) {
   app.add_option("--arrival", o.arrival,
                  "step at which the prompt's request arrives (default 0; later arrivals queue "
                  "behind the load)");
-  app.add_option("--seed", o.seed, "sampling seed; also derives the synthetic load");
+  app.add_option("--seed", o.seed, "sampling seed; also derives the synthetic load")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return v.find('-') == std::string::npos ? std::string()
+                                                    : "expected an integer >= 0, found " + v;
+          },
+          "UINT", "non-negative"));
   app.add_option("--max-tokens", o.max_tokens, "tokens to generate (default 32)");
   app.add_option("--temperature", o.temperature, "0 = greedy (default)");
   app.add_option("--top-k", o.top_k, "0 = off");

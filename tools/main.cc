@@ -1,5 +1,6 @@
 // llmrr: one binary, git-style subcommands (DESIGN, "The command line").
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -73,6 +74,15 @@ int main(int argc, char** argv) {
   if (cmd == "--version") {
     std::printf("llmrr " LLMRR_VERSION "\n");
     return 0;
+  }
+  // LLMRR_ISA forces the kernels' instruction set; a value the kernels do not know would
+  // silently mean "the best this CPU has", so it is refused.
+  if (const char* isa = std::getenv("LLMRR_ISA"); isa != nullptr && *isa != '\0' &&
+                                                  std::strcmp(isa, "scalar") != 0 &&
+                                                  std::strcmp(isa, "avx2") != 0 &&
+                                                  std::strcmp(isa, "avx512") != 0) {
+    std::fprintf(stderr, "llmrr: LLMRR_ISA=%s: expected scalar, avx2 or avx512 (or unset)\n", isa);
+    return 2;
   }
   for (const Command& c : kCommands) {
     if (cmd == c.name) return c.run(argc - 1, argv + 1);

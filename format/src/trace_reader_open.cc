@@ -57,6 +57,14 @@ Status open_impl(TraceReader::Impl& r, const ReaderOptions& opt) {
         p + ": expected a 16-byte llmrr trace header, found a " + std::to_string(n) + "-byte file");
   r.major = detail::load_u16(h + 8);
   r.minor = detail::load_u16(h + 10);
+  // Far past any version written (a major per incompatible change): the header is damaged
+  // or the bytes after the magic are not a header, which upgrading would not fix.
+  if (r.major > kFormatMajor + 64)
+    return make_error(ErrorCode::kCorruptPayload,
+                      p + ": offset 8: expected trace format version " +
+                          std::to_string(kFormatMajor) + ".x, found " + std::to_string(r.major) +
+                          "." + std::to_string(r.minor) +
+                          ", which no llmrr wrote: the file header is damaged");
   if (r.major > kFormatMajor)
     return make_error(ErrorCode::kVersionTooNew,
                       p + ": offset 8: expected trace format version " +
@@ -80,6 +88,14 @@ Status open_impl(TraceReader::Impl& r, const ReaderOptions& opt) {
     uint8_t t[kTrailerBytes];
     RETURN_IF_ERROR(r.pread_all(t, sizeof t, r.size - kTrailerBytes, p + ": "));
     trailer = detail::decode_trailer(t, &footer_offset);
+    // The trailer's magic is its last 4 bytes, written with the rest in one piece: a
+    // trailer whose magic is whole but whose check fails was damaged, not cut short by a
+    // killed writer, and is not read as a recording that was never closed.
+    if (!trailer && std::memcmp(t + 12, kTrailerMagic, 4) == 0)
+      return make_error(ErrorCode::kBadFooter,
+                        p + ": trailer at offset " + std::to_string(r.size - kTrailerBytes) +
+                            ": expected its check to match its footer offset, found a mismatch "
+                            "(the trailer is damaged)");
   }
   if (trailer) {
     RETURN_IF_ERROR(read_footer(r, footer_offset));

@@ -67,6 +67,14 @@ Status scan_frames(TraceReader::Impl& r) {
     f.raw_size = h.raw_size;
     f.stored_size = h.stored_size;
     if (h.kind == FrameKind::kFooter) {
+      // A writer killed while closing leaves at most part of the 16-byte trailer after the
+      // footer; more than that was appended to a closed trace (or the file is damaged).
+      const uint64_t after = remaining - kFrameHeaderBytes - h.stored_size;
+      if (after > kTrailerBytes)
+        return make_error(ErrorCode::kBadFooter,
+                          w + "footer frame followed by " + std::to_string(after) +
+                              " bytes, expected at most a " + std::to_string(kTrailerBytes) +
+                              "-byte trailer (bytes were appended to a closed trace)");
       r.warnings.push_back(
           w + "footer found but the trailer is missing or torn; frames were scanned instead");
       break;

@@ -17,6 +17,7 @@
 #include "llmrr/format/status.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/runtime/site.h"
+#include "llmrr/safeio/json.h"
 
 using llmrr::ErrorCode;
 using llmrr::Status;
@@ -445,7 +446,7 @@ Status load(llmrr_reader* h) {
       ++ker.rows;
     }
   }
-  h->header_json = header_json(r).dump();
+  h->header_json = llmrr::safeio::dump(header_json(r));
   return Status::Ok();
 }
 

@@ -9,12 +9,16 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "llmrr/safeio/input.h"
+#include "llmrr/safeio/json.h"
 
 namespace llmrr {
 namespace {
 
 using nlohmann::json;
+
+constexpr uint64_t kMaxRequestsFileBytes = 64u << 20;
 
 // What a JSON value is, for messages: the value itself when short, else its type.
 std::string found(const json& v) {
@@ -109,6 +113,8 @@ Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std
     if (first == std::string_view::npos || line[first] == '#') continue;
 
     LineParser p(name, line_no);
+    RETURN_IF_ERROR(safeio::check_json_depth(
+        line, std::string(name) + ":" + std::to_string(line_no), ErrorCode::kBadRequest));
     json obj;
     try {
       obj = json::parse(line);
@@ -116,8 +122,15 @@ Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std
       // e.byte is 1-based within the line.
       std::string what = e.what();
       size_t colon = what.find("syntax error");
+      json reason = colon == std::string::npos ? what : what.substr(colon);
       return p.error("not valid JSON at column " + std::to_string(e.byte) + ": " +
-                     (colon == std::string::npos ? what : what.substr(colon)));
+                     safeio::dump_short(reason, 200));
+    } catch (const json::exception& e) {
+      // A number too large for a double (1e999) is out_of_range 406, not a parse_error.
+      std::string what = e.what();
+      const size_t bracket = what.find("] ");
+      json reason = bracket == std::string::npos ? what : what.substr(bracket + 2);
+      return p.error("not valid JSON: " + safeio::dump_short(reason, 200));
     }
     if (!obj.is_object()) {
       return p.error("expected a JSON object ({\"prompt\": ...}), found " + found(obj));
@@ -247,24 +260,10 @@ Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std
 Result<std::vector<RequestSpec>> read_requests_file(const std::string& path,
                                                     const RequestDefaults& defaults,
                                                     const RequestsFileContext& context) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    int err = errno;
-    return make_error(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo,
-                      path + ": cannot open the requests file: " + std::strerror(err));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    return make_error(ErrorCode::kIsDirectory, path + ": is a directory, not a requests file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return make_error(ErrorCode::kIo,
-                      path + ": cannot open the requests file: " + std::strerror(errno));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return make_error(ErrorCode::kIo, path + ": read error");
-  return parse_requests_jsonl(ss.str(), path, defaults, context);
+  // Refused unless a regular file (a FIFO would block, /dev/zero never ends) and capped.
+  ASSIGN_OR_RETURN(std::string text,
+                   safeio::read_file(path, kMaxRequestsFileBytes, "requests file"));
+  return parse_requests_jsonl(text, path, defaults, context);
 }
 
 }  // namespace llmrr

@@ -10,6 +10,7 @@
 #include "llmrr/runtime/builtin.h"
 #include "llmrr/runtime/gguf.h"
 #include "llmrr/runtime/safetensors.h"
+#include "llmrr/safeio/input.h"
 
 namespace llmrr {
 
@@ -49,6 +50,8 @@ Result<LoadedModel> load_model(const std::string& spec, const ModelLoadOptions& 
                       spec + ": no such file or directory (a model is builtin:<name>, a "
                              "directory with config.json + *.safetensors, or a .gguf file)");
   if (S_ISDIR(st.st_mode)) return load_safetensors_dir(spec);
+  // A FIFO or a device is refused before anything opens it (an open could block forever).
+  RETURN_IF_ERROR(safeio::require_file_or_directory(spec, "model"));
   // A file: GGUF by its magic (whatever its name), or a .safetensors file inside a model
   // directory.
   char magic[4] = {};

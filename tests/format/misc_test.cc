@@ -148,6 +148,23 @@ TEST(Versions, NewerMinorReadsWithAWarningAndSkipsUnknownFrames) {
   EXPECT_EQ(r2.status().code(), ErrorCode::kUnknownKind);
 }
 
+TEST(Versions, GarbageAfterTheMagicIsNotANewerVersion) {
+  // Random bytes after the magic read as version 47291.35145: the header is damaged, and
+  // the message must not send the user to upgrade.
+  TempFile f("garbage_version");
+  RawTrace t(47291, 35145);
+  t.add_run_header(sample_header());
+  t.finish();
+  ASSERT_TRUE(write_file(f.path, t.bytes));
+  auto r = TraceReader::open(f.path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorruptPayload);
+  EXPECT_NE(r.status().message().find("which no llmrr wrote: the file header is damaged"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(r.status().message().find("upgrade"), std::string::npos) << r.status().message();
+}
+
 TEST(Versions, NewerMajorIsRefusedClearly) {
   TempFile f("newer_major");
   RawTrace t(kFormatMajor + 1, 0);

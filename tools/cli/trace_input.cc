@@ -8,6 +8,8 @@
 #include <cstring>
 #include <utility>
 
+#include "llmrr/safeio/input.h"
+
 namespace llmrr::cli {
 namespace {
 
@@ -48,6 +50,8 @@ TraceInput::~TraceInput() {
 
 Result<TraceInput> open_trace_input(const std::string& path) {
   TraceInput in;
+  // A FIFO or a device is refused before anything opens it (the bundle check included).
+  RETURN_IF_ERROR(safeio::require_regular_file(path, "trace or bundle"));
   if (!replay::is_pack_file(path)) {
     in.traces.push_back(path);
     return in;

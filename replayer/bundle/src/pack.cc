@@ -2,6 +2,7 @@
 #include "llmrr/replayer/pack.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -13,11 +14,16 @@
 #include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/recorder/trace_recorder.h"
 #include "llmrr/replayer/run_config.h"
+#include "llmrr/safeio/input.h"
+#include "llmrr/safeio/json.h"
+#include "llmrr/safeio/output.h"
 
 namespace llmrr::replay {
 namespace {
@@ -373,6 +379,8 @@ Status model_sources(const std::string& spec, uint64_t limit, nlohmann::json* ma
     (*manifest_model)["note"] = "builtin models are generated from a fixed seed: nothing to bundle";
     return Status::Ok();
   }
+  // A FIFO or a device is refused before anything opens it.
+  RETURN_IF_ERROR(safeio::require_file_or_directory(spec, "model"));
   struct stat st;
   if (::stat(spec.c_str(), &st) != 0) return io_error(spec, "cannot read the model");
   uint64_t total = 0;
@@ -422,6 +430,10 @@ Result<PackSummary> write_pack(const std::string& out, const PackOptions& o) {
   if (!o.redact && !o.keep.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "--keep is only meaningful with --redact");
   }
+  // Before any work: the bundle is none of the inputs, and its directory exists.
+  std::vector<std::string> inputs = o.traces;
+  if (!o.model.empty()) inputs.push_back(o.model);
+  RETURN_IF_ERROR(safeio::check_output_file(out, "-o", inputs));
   PackSummary sum;
   sum.path = out;
   TempFiles temps;
@@ -437,9 +449,12 @@ Result<PackSummary> write_pack(const std::string& out, const PackOptions& o) {
   trace::RunHeader first_header;
   for (size_t i = 0; i < o.traces.size(); ++i) {
     const std::string& in = o.traces[i];
+    RETURN_IF_ERROR(safeio::require_regular_file(in, "trace"));
     Result<std::unique_ptr<trace::TraceReader>> rd = trace::TraceReader::open(in);
     if (!rd.ok()) return rd.status();
     const trace::TraceReader& r = **rd;
+    // Every frame's checksum and the records' semantics: a damaged trace is not bundled.
+    RETURN_IF_ERROR(r.verify());
     if (i == 0) first_header = r.run_header();
     std::string name = clean_part(base_name(in));
     if (name.size() < 6 || name.substr(name.size() - 6) != ".trace") name += ".trace";
@@ -477,6 +492,9 @@ Result<PackSummary> write_pack(const std::string& out, const PackOptions& o) {
     } else {
       t["command_line"] = h.command_line;
     }
+    struct stat ts;
+    if (::stat(s.path.c_str(), &ts) != 0) return io_error(s.path, "cannot read");
+    t["bytes"] = static_cast<uint64_t>(ts.st_size);
     manifest["traces"].push_back(t);
     sources.push_back(s);
   }
@@ -492,12 +510,10 @@ Result<PackSummary> write_pack(const std::string& out, const PackOptions& o) {
   sum.manifest_json = manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   sources.insert(sources.begin(), Source{"manifest.json", "", sum.manifest_json + "\n"});
 
-  const std::string partial = out + ".partial";
-  temps.paths.push_back(partial);
+  // Written under a temporary name next to `out`, renamed over it only when whole.
+  ASSIGN_OR_RETURN(safeio::OutputFile f, safeio::OutputFile::create(out, "-o"));
   {
-    File f(std::fopen(partial.c_str(), "wb"));
-    if (!f) return io_error(partial, "cannot create");
-    BundleWriter w(f.get(), partial, o.zstd_level);
+    BundleWriter w(f.file(), f.temp_path(), o.zstd_level);
     RETURN_IF_ERROR(w.header());
     for (const Source& s : sources) {
       PackEntry e;
@@ -505,31 +521,189 @@ Result<PackSummary> write_pack(const std::string& out, const PackOptions& o) {
       sum.entries.push_back(e);
     }
     RETURN_IF_ERROR(w.end());
-    if (std::fflush(f.get()) != 0) return io_error(partial, "write failed");
   }
-  if (::rename(partial.c_str(), out.c_str()) != 0) return io_error(out, "cannot write");
+  RETURN_IF_ERROR(f.commit());
   struct stat st;
   if (::stat(out.c_str(), &st) == 0) sum.file_bytes = static_cast<uint64_t>(st.st_size);
   return sum;
 }
 
 bool is_pack_file(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) return false;
   unsigned char m[8];
   return std::fread(m, 1, 8, f.get()) == 8 && std::memcmp(m, kPackMagic, 8) == 0;
 }
 
+namespace {
+
+// Decoded bytes a bundle may hold: 64 MiB plus 64 times its compressed size. Traces are
+// compressed already and models barely compress, so a real bundle stays far below; a
+// decompression bomb (a small file declaring gigabytes of zeros) is refused at the entry
+// header, before a byte of it is written.
+constexpr uint64_t kExpansionSlack = uint64_t{64} << 20;
+constexpr uint64_t kMaxExpansion = 64;
+
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+  return ::remove(path);
+}
+
+// The staging directory of an extraction, removed with everything in it; and the output
+// directory itself when this extraction created it and it failed.
+struct Staging {
+  std::string dir;
+  std::string created;  // cleared on success
+  ~Staging() {
+    if (!dir.empty()) ::nftw(dir.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (!created.empty()) ::rmdir(created.c_str());  // only when empty
+  }
+};
+
+// What manifest.json declares, against which every later entry is checked.
+struct Declared {
+  std::map<std::string, std::optional<uint64_t>> traces;  // entry → bytes (when declared)
+  bool model_bundled = false;
+  std::string model_entry;
+  std::optional<uint64_t> model_bytes;
+  uint64_t model_seen = 0;
+};
+
+Status parse_manifest(const std::string& pack, const std::string& dir, PackContents* c,
+                      Declared* d) {
+  const std::string where = pack + ": manifest.json";
+  ASSIGN_OR_RETURN(nlohmann::json m,
+                   safeio::parse_json(c->manifest_json, where, ErrorCode::kSemantic));
+  ASSIGN_OR_RETURN(std::string format, safeio::string_field(m, "format", where, ""));
+  if (!m.is_object() || format != "llmrr-pack") {
+    return make_error(ErrorCode::kSemantic,
+                      where + ": not an llmrr-pack manifest (expected a JSON object with "
+                              "\"format\": \"llmrr-pack\")");
+  }
+  ASSIGN_OR_RETURN(c->redacted, safeio::bool_field(m, "redacted", where, false));
+  if (m.contains("kept") && !m["kept"].is_null()) {
+    if (!m["kept"].is_array()) {
+      return make_error(ErrorCode::kSemantic, where + ": field \"kept\" is " +
+                                                  safeio::type_name(m["kept"]) +
+                                                  ", expected a list of request ids");
+    }
+    for (const nlohmann::json& k : m["kept"]) {
+      if (!k.is_number_unsigned()) {
+        return make_error(ErrorCode::kSemantic, where + ": \"kept\" holds " +
+                                                    safeio::dump_short(k, 40) +
+                                                    ", expected request ids (integers >= 0)");
+      }
+      c->kept.push_back(k.get<RequestId>());
+    }
+  }
+  if (c->redacted && c->kept.empty()) {
+    return make_error(ErrorCode::kSemantic,
+                      where + ": \"redacted\" is true but \"kept\" lists no request, expected "
+                              "the ids of the requests the bundle keeps whole");
+  }
+  if (m.contains("traces") && !m["traces"].is_null()) {
+    if (!m["traces"].is_array()) {
+      return make_error(ErrorCode::kSemantic, where + ": field \"traces\" is " +
+                                                  safeio::type_name(m["traces"]) +
+                                                  ", expected a list of objects");
+    }
+    for (size_t i = 0; i < m["traces"].size(); ++i) {
+      const nlohmann::json& t = m["traces"][i];
+      const std::string tw = where + ": traces[" + std::to_string(i) + "]";
+      if (!t.is_object()) {
+        return make_error(ErrorCode::kSemantic,
+                          tw + " is " + safeio::type_name(t) + ", expected an object");
+      }
+      ASSIGN_OR_RETURN(std::string entry, safeio::string_field(t, "entry", tw, ""));
+      if (!valid_name(entry) || entry.rfind("traces/", 0) != 0) {
+        return make_error(ErrorCode::kSemantic, tw + ": \"entry\" is '" + entry.substr(0, 80) +
+                                                    "', expected traces/<name>");
+      }
+      std::optional<uint64_t> bytes;
+      if (t.contains("bytes")) {
+        ASSIGN_OR_RETURN(uint64_t b, safeio::uint_field(t, "bytes", tw, 0));
+        bytes = b;
+      }
+      d->traces[entry] = bytes;
+    }
+  }
+  if (m.contains("model") && !m["model"].is_null()) {
+    const nlohmann::json& mm = m["model"];
+    const std::string mw = where + ": model";
+    if (!mm.is_object()) {
+      return make_error(ErrorCode::kSemantic,
+                        mw + " is " + safeio::type_name(mm) + ", expected an object or null");
+    }
+    ASSIGN_OR_RETURN(d->model_bundled, safeio::bool_field(mm, "bundled", mw, false));
+    ASSIGN_OR_RETURN(std::string spec, safeio::string_field(mm, "spec", mw, ""));
+    if (d->model_bundled) {
+      ASSIGN_OR_RETURN(d->model_entry, safeio::string_field(mm, "entry", mw, ""));
+      if (!valid_name(d->model_entry) || d->model_entry.rfind("model/", 0) != 0) {
+        return make_error(ErrorCode::kSemantic, mw + ": \"entry\" is '" +
+                                                    d->model_entry.substr(0, 80) +
+                                                    "', expected model/<name>");
+      }
+      if (mm.contains("bytes")) {
+        ASSIGN_OR_RETURN(uint64_t b, safeio::uint_field(mm, "bytes", mw, 0));
+        d->model_bytes = b;
+      }
+      if (!dir.empty()) c->model = dir + "/" + d->model_entry;
+    } else if (spec.rfind("builtin:", 0) == 0 && !dir.empty()) {
+      c->model = spec;
+    }
+  }
+  return Status::Ok();
+}
+
+// Ok when manifest.json accounts for entry `name` of `size` bytes.
+Status check_declared(const std::string& where, const std::string& name, uint64_t size,
+                      Declared* d) {
+  if (name.rfind("traces/", 0) == 0) {
+    auto it = d->traces.find(name);
+    if (it == d->traces.end()) {
+      return make_error(ErrorCode::kSemantic,
+                        where + ": not listed in manifest.json's traces (expected one of its "
+                                "entries)");
+    }
+    if (it->second && *it->second != size) {
+      return make_error(ErrorCode::kSemantic,
+                        where + ": declares " + std::to_string(size) +
+                            " bytes, manifest.json says " + std::to_string(*it->second));
+    }
+    return Status::Ok();
+  }
+  const bool in_model = d->model_bundled &&
+                        (name == d->model_entry || name.rfind(d->model_entry + "/", 0) == 0);
+  if (!in_model) {
+    return make_error(ErrorCode::kSemantic,
+                      where + ": not listed in manifest.json (expected traces/<name> or the "
+                              "bundled model's files)");
+  }
+  d->model_seen += size;
+  if (d->model_bytes && d->model_seen > *d->model_bytes) {
+    return make_error(ErrorCode::kSemantic,
+                      where + ": the model's entries reach " + std::to_string(d->model_seen) +
+                          " bytes, manifest.json says " + std::to_string(*d->model_bytes));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
+  // A FIFO or a device is refused before anything opens it.
+  RETURN_IF_ERROR(safeio::require_regular_file(pack, "bundle"));
   File f(std::fopen(pack.c_str(), "rb"));
   if (!f) {
     return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo,
                       pack + ": cannot open: " + std::strerror(errno));
   }
   struct stat st;
-  if (::fstat(fileno(f.get()), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return make_error(ErrorCode::kIsDirectory, pack + ": is a directory, expected a bundle file");
+  if (::fstat(fileno(f.get()), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return make_error(ErrorCode::kInvalidArgument, pack + ": expected a regular bundle file");
   }
+  const uint64_t cap = kExpansionSlack + kMaxExpansion * static_cast<uint64_t>(st.st_size);
   unsigned char h[16];
   size_t got = std::fread(h, 1, 16, f.get());
   if (got < 8 || std::memcmp(h, kPackMagic, 8) != 0) {
@@ -548,9 +722,21 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
                                                      " is newer than this llmrr reads (" +
                                                      std::to_string(kPackMajor) + ".x)");
   }
-  if (dir.empty() == false) RETURN_IF_ERROR(mkdirs(dir));
+  // Entries are written into a staging directory inside `dir` and moved into place only
+  // when the whole bundle has checked out: a damaged bundle leaves nothing behind.
+  Staging staging;
+  if (!dir.empty()) {
+    struct stat ds;
+    if (::stat(dir.c_str(), &ds) != 0) staging.created = dir;
+    RETURN_IF_ERROR(safeio::make_output_dir(dir, "-o"));
+    std::string templ = dir + "/.llmrr-unpack-XXXXXX";
+    if (::mkdtemp(templ.data()) == nullptr) return io_error(dir, "cannot create a directory in");
+    staging.dir = templ;
+  }
 
   PackContents c;
+  Declared declared;
+  uint64_t total = 0;
   ZReader z(f.get(), pack);
   XXH3_state_t* hasher = XXH3_createState();
   std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hasher_owner(hasher,
@@ -591,8 +777,9 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
     RETURN_IF_ERROR(z.read(name.data(), name_len, where + " name"));
     if (!valid_name(name) || seen.count(name)) {
       return make_error(ErrorCode::kSemantic,
-                        pack + ": " + where + ": bad or repeated entry name '" +
-                            name.substr(0, 80) + "' (expected a relative path without '..')");
+                        pack + ": " + where + ": bad or repeated entry name " +
+                            safeio::dump_short(nlohmann::json(name.substr(0, 80)), 90) +
+                            " (expected a relative path of [A-Za-z0-9._+-] parts without '..')");
     }
     if (index == 0 && name != "manifest.json") {
       return make_error(ErrorCode::kSemantic,
@@ -601,18 +788,28 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
     seen.insert(name);
     XXH3_64bits_update(hasher, eh, sizeof eh);
     XXH3_64bits_update(hasher, name.data(), name.size());
-    const std::string ewhere = where + " (" + name + ")";
-    File out;
-    const std::string target = dir.empty() ? "" : dir + "/" + name;
-    if (!target.empty()) {
-      RETURN_IF_ERROR(mkdirs(target.substr(0, target.rfind('/'))));
-      out.reset(std::fopen(target.c_str(), "wb"));
-      if (!out) return io_error(target, "cannot create");
-    }
+    const std::string ewhere = pack + ": " + where + " (" + name + ")";
     const bool is_manifest = index == 0;
     if (is_manifest && size > (16u << 20)) {
       return make_error(ErrorCode::kSemantic, pack + ": manifest.json of " + std::to_string(size) +
                                                   " bytes: expected at most 16 MiB");
+    }
+    if (!is_manifest) RETURN_IF_ERROR(check_declared(ewhere, name, size, &declared));
+    if (size > cap - std::min(total, cap)) {
+      return make_error(ErrorCode::kResourceLimit,
+                        ewhere + ": declares " + std::to_string(size) + " bytes, " +
+                            std::to_string(total) + " already read: over the " +
+                            std::to_string(cap) + " bytes a bundle of " +
+                            std::to_string(st.st_size) +
+                            " bytes may hold (64 MiB + 64 times its size)");
+    }
+    total += size;
+    File out;
+    const std::string target = staging.dir.empty() ? "" : staging.dir + "/" + name;
+    if (!target.empty()) {
+      RETURN_IF_ERROR(mkdirs(target.substr(0, target.rfind('/'))));
+      out.reset(std::fopen(target.c_str(), "wb"));
+      if (!out) return io_error(target, "cannot create");
     }
     XXH3_state_t* eh_state = XXH3_createState();
     std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> eh_owner(eh_state,
@@ -620,7 +817,7 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
     XXH3_64bits_reset(eh_state);
     for (uint64_t left = size; left > 0;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
-      RETURN_IF_ERROR(z.read(buf.data(), n, ewhere));
+      RETURN_IF_ERROR(z.read(buf.data(), n, where + " (" + name + ")"));
       XXH3_64bits_update(eh_state, buf.data(), n);
       if (is_manifest) c.manifest_json.append(buf.data(), n);
       if (out && std::fwrite(buf.data(), 1, n, out.get()) != n) {
@@ -631,37 +828,32 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
     if (out && std::fclose(out.release()) != 0) return io_error(target, "write failed");
     if (XXH3_64bits_digest(eh_state) != hash) {
       return make_error(ErrorCode::kChecksumMismatch,
-                        pack + ": " + ewhere + ": content hash mismatch (the bundle is damaged)");
+                        ewhere + ": content hash mismatch (the bundle is damaged)");
     }
     c.entries.push_back(PackEntry{name, size, hash});
-    if (name.rfind("traces/", 0) == 0 && !dir.empty()) c.traces.push_back(target);
+    if (is_manifest) RETURN_IF_ERROR(parse_manifest(pack, dir, &c, &declared));
   }
   if (c.entries.empty()) {
     return make_error(ErrorCode::kSemantic, pack + ": the bundle holds no manifest.json");
   }
-  nlohmann::json m = nlohmann::json::parse(c.manifest_json, nullptr, false);
-  if (!m.is_object() || m.value("format", "") != "llmrr-pack") {
-    return make_error(ErrorCode::kSemantic,
-                      pack +
-                          ": manifest.json is not an llmrr-pack manifest (JSON object with "
-                          "\"format\": \"llmrr-pack\")");
-  }
-  c.redacted = m.value("redacted", false);
-  if (m.contains("kept") && m["kept"].is_array()) {
-    for (const nlohmann::json& k : m["kept"]) {
-      if (k.is_number_unsigned()) c.kept.push_back(k.get<RequestId>());
+  for (const auto& [name, bytes] : declared.traces) {
+    if (!seen.count(name)) {
+      return make_error(ErrorCode::kSemantic, pack + ": manifest.json lists " + name +
+                                                  ", which the bundle does not hold");
     }
   }
-  if (!dir.empty() && m.contains("model") && m["model"].is_object()) {
-    const nlohmann::json& mm = m["model"];
-    const std::string entry = mm.value("entry", "");
-    if (mm.value("bundled", false) && valid_name(entry)) {
-      c.model = dir + "/" + entry;
-    } else if (mm.contains("spec") && mm["spec"].is_string()) {
-      const std::string spec = mm["spec"];
-      if (spec.rfind("builtin:", 0) == 0) c.model = spec;
+  if (dir.empty()) return c;
+  // Everything checked: move the entries into place.
+  for (const PackEntry& e : c.entries) {
+    const std::string target = dir + "/" + e.name;
+    RETURN_IF_ERROR(mkdirs(target.substr(0, target.rfind('/'))));
+    RETURN_IF_ERROR(safeio::check_output_file(target, "-o", {pack}));
+    if (::rename((staging.dir + "/" + e.name).c_str(), target.c_str()) != 0) {
+      return io_error(target, "cannot write");
     }
+    if (e.name.rfind("traces/", 0) == 0) c.traces.push_back(target);
   }
+  staging.created.clear();
   return c;
 }
 

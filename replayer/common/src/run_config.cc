@@ -1,4 +1,5 @@
 #include "llmrr/replayer/run_config.h"
+#include "llmrr/safeio/json.h"
 
 #include <sys/stat.h>
 
@@ -106,7 +107,7 @@ void fill_run_header(trace::RunHeader* h, const LoadedModel& model, const Engine
     extra["overflow"] = config.capacity.overflow == Overflow::kReroute ? "reroute" : "drop";
   }
   extra["capacity_factor"] = config.capacity.enabled() ? config.capacity.factor : 0.0;
-  h->extra_config_json = extra.dump();
+  h->extra_config_json = safeio::dump(extra);
 }
 
 Result<EngineConfig> engine_config_from_header(const trace::RunHeader& h, int32_t threads) {

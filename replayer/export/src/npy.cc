@@ -12,6 +12,7 @@
 #include "llmrr/replayer/export.h"
 #include "llmrr/replayer/npy.h"
 #include "llmrr/runtime/site.h"
+#include "llmrr/safeio/json.h"
 
 namespace llmrr::replay {
 
@@ -127,7 +128,7 @@ Result<NpyExportSummary> export_npy(const trace::TraceReader& reader, const std:
   {
     const std::string p = dir + "/sites.json";
     std::FILE* f = std::fopen(p.c_str(), "wb");
-    const std::string text = sites.dump(1) + "\n";
+    const std::string text = safeio::dump(sites, 1) + "\n";
     bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
     if (f != nullptr) ok = std::fclose(f) == 0 && ok;
     if (!ok) return make_error(ErrorCode::kIo, p + ": cannot write");
@@ -174,7 +175,7 @@ Result<NpyExportSummary> export_npy(const trace::TraceReader& reader, const std:
   manifest["sites"] = sites;
   const std::string mp = dir + "/manifest.json";
   std::FILE* f = std::fopen(mp.c_str(), "wb");
-  const std::string text = manifest.dump(2) + "\n";
+  const std::string text = safeio::dump(manifest, 2) + "\n";
   bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (f != nullptr) ok = std::fclose(f) == 0 && ok;
   if (!ok) return make_error(ErrorCode::kIo, mp + ": cannot write");

@@ -22,6 +22,7 @@
 #include "llmrr/replayer/diff.h"
 #include "llmrr/replayer/fuzz.h"
 #include "llmrr/replayer/run_config.h"
+#include "llmrr/safeio/json.h"
 
 namespace llmrr::replay {
 namespace {
@@ -243,7 +244,7 @@ std::string requests_jsonl(const std::vector<RequestSpec>& reqs) {
   for (const RequestSpec& r : reqs) {
     Json j = {{"id", r.id},         {"label", r.label},       {"prompt_ids", r.prompt},
               {"max_tokens", r.max_tokens}, {"arrival_step", r.arrival_step}};
-    out += j.dump() + "\n";
+    out += safeio::dump(j) + "\n";
   }
   return out;
 }
@@ -261,7 +262,7 @@ Status record_trace(const FuzzCampaign& c, const Composition& x, bool solo,
   if (!c.dtype.empty()) {
     Json extra = Json::parse(h.extra_config_json);
     extra["dtype"] = c.dtype;
-    h.extra_config_json = extra.dump();
+    h.extra_config_json = safeio::dump(extra);
   }
   h.command_line = command;
   RecorderOptions ro;

@@ -13,6 +13,7 @@
 
 #include "json.h"
 #include "llmrr/replayer/fuzz.h"
+#include "llmrr/safeio/json.h"
 
 namespace llmrr::replay {
 namespace {
@@ -106,10 +107,10 @@ std::string fuzz_space_json(const FuzzSpace& sp) {
             {"overflow", sp.overflow ? Json(overflow_name(*sp.overflow)) : Json("random")},
             {"moe", sp.moe},
             {"tokens", {sp.token_lo, sp.token_hi}}};
-  return j.dump();
+  return safeio::dump(j);
 }
 
-std::string composition_json(const Composition& c) { return comp_to_json(c).dump(); }
+std::string composition_json(const Composition& c) { return safeio::dump(comp_to_json(c)); }
 
 std::string fuzz_summary_json(const FuzzSummary& s) {
   const int64_t n = static_cast<int64_t>(s.results.size());
@@ -183,7 +184,7 @@ std::string fuzz_summary_json(const FuzzSummary& s) {
       {"completions", completions},
       {"splits", splits},
       {"results", results}};
-  return j.dump(1);
+  return safeio::dump(j, 1);
 }
 
 Result<FuzzSummary> parse_fuzz_summary(const std::string& text, const std::string& name) {
@@ -205,7 +206,7 @@ Result<FuzzSummary> parse_fuzz_summary(const std::string& text, const std::strin
     s.seed = c.at("seed").get<uint64_t>();
     s.runs = c.at("runs").get<int64_t>();
     s.shards = c.at("shards").get<int32_t>();
-    s.space_json = c.at("space").dump();
+    s.space_json = safeio::dump(c.at("space"));
     s.shard_list = j.at("shard_list").get<std::vector<int32_t>>();
     s.seconds = j.at("seconds").get<double>();
     s.baseline_completion = j.at("baseline_completion").get<std::string>();

@@ -48,6 +48,13 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
   RETURN_IF_ERROR(opt_int(f, a + "embedding_length", &c.hidden, true));
   RETURN_IF_ERROR(opt_int(f, a + "block_count", &c.layers, true));
   RETURN_IF_ERROR(opt_int(f, a + "attention.head_count", &c.heads, true));
+  for (const auto& [key, v] : {std::pair<const char*, int32_t>{"embedding_length", c.hidden},
+                               {"block_count", c.layers}, {"attention.head_count", c.heads}}) {
+    if (v <= 0)
+      return make_error(ErrorCode::kBadModel, f.path() + ": metadata " + a + key + " = " +
+                                                  std::to_string(v) +
+                                                  ", expected a positive integer");
+  }
   c.kv_heads = c.heads;
   RETURN_IF_ERROR(opt_int(f, a + "attention.head_count_kv", &c.kv_heads, false));
   c.head_dim = c.heads > 0 ? c.hidden / c.heads : 0;

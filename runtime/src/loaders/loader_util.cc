@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <utility>
 
+#include "llmrr/safeio/input.h"
+
 namespace llmrr::loaders {
 
 WeightHasher::WeightHasher() : state_(XXH3_createState()) { XXH3_64bits_reset(state_); }
@@ -90,17 +92,14 @@ Status errno_status(const std::string& what, const std::string& path) {
 }  // namespace
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_status("cannot open", path);
+  // Refused unless a regular file, before an open that could block (a FIFO) or a mapping of
+  // a device.
+  ASSIGN_OR_RETURN(int fd, safeio::open_regular(path, "model"));
   struct stat st;
   if (fstat(fd, &st) != 0) {
     Status s = errno_status("cannot stat", path);
     ::close(fd);
     return s;
-  }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    return make_error(ErrorCode::kIsDirectory, path + ": is a directory, expected a file");
   }
   MappedFile m;
   m.path_ = path;
@@ -119,12 +118,7 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
 }
 
 Result<std::string> read_text_file(const std::string& path, uint64_t limit) {
-  ASSIGN_OR_RETURN(MappedFile f, MappedFile::open(path));
-  if (f.size() > limit)
-    return make_error(ErrorCode::kResourceLimit,
-                      path + ": " + std::to_string(f.size()) + " bytes, over the limit of " +
-                          std::to_string(limit));
-  return std::string(reinterpret_cast<const char*>(f.data()), f.size());
+  return safeio::read_file(path, limit, "model file");
 }
 
 std::string shape_string(std::span<const int64_t> shape) {

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "llmrr/runtime/tokenizers.h"
+#include "llmrr/safeio/json.h"
 #include "loaders/loader_util.h"
 
 namespace llmrr {
@@ -47,12 +48,7 @@ size_t dtype_size(const std::string& dtype) {
 }
 
 Result<json> parse_json(const std::string& text, const std::string& where) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    return make_error(ErrorCode::kBadModel, where + ": invalid JSON at byte " +
-                                                std::to_string(e.byte) + ": " + e.what());
-  }
+  return safeio::parse_json(text, where, ErrorCode::kBadModel);
 }
 
 // Parses one .safetensors file's header; entries point into `file`'s mapping.
@@ -101,28 +97,28 @@ Status parse_file(const MappedFile& file, std::vector<Entry>* out) {
     for (const json& d : v["shape"]) {
       if (!d.is_number_unsigned())
         return make_error(ErrorCode::kBadModel, where + ": shape entries must be non-negative "
-                                                        "integers, found " + d.dump());
+                                                        "integers, found " + safeio::dump_short(d));
       uint64_t dim = d.get<uint64_t>();
       if (dim > (uint64_t{1} << 40) || loaders::mul_overflows(numel, dim, &numel))
-        return make_error(ErrorCode::kBadModel, where + ": shape " + v["shape"].dump() +
+        return make_error(ErrorCode::kBadModel, where + ": shape " + safeio::dump_short(v["shape"]) +
                                                     " overflows");
       e.shape.push_back(static_cast<int64_t>(dim));
     }
     const json& off = v["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       return make_error(ErrorCode::kBadModel, where + ": data_offsets must be non-negative "
-                                                      "integers, found " + off.dump());
+                                                      "integers, found " + safeio::dump_short(off));
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     uint64_t bytes = 0;
     if (loaders::mul_overflows(numel, item, &bytes) || begin > end || end - begin != bytes)
       return make_error(ErrorCode::kBadModel,
-                        where + ": data_offsets " + off.dump() + " span " +
+                        where + ": data_offsets " + safeio::dump_short(off) + " span " +
                             std::to_string(end >= begin ? end - begin : 0) + " bytes, but " +
-                            e.dtype + " " + v["shape"].dump() + " needs " +
+                            e.dtype + " " + safeio::dump_short(v["shape"]) + " needs " +
                             std::to_string(numel * item));
     if (end > data_size)
       return make_error(ErrorCode::kTruncated,
-                        where + ": data_offsets " + off.dump() + " run past the end of the data (" +
+                        where + ": data_offsets " + safeio::dump_short(off) + " run past the end of the data (" +
                             std::to_string(data_size) + " bytes after the header)");
     e.data = file.data() + data_start + begin;
     e.bytes = bytes;
@@ -165,9 +161,14 @@ class ConfigReader {
       return Status::Ok();
     }
     const json& v = j_[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)
-      return make_error(ErrorCode::kBadModel,
-                        where_ + ": " + key + " must be an integer, found " + v.dump());
+    if (!v.is_number_integer())
+      return make_error(ErrorCode::kBadModel, where_ + ": " + key + " must be an integer, found " +
+                                                  safeio::dump_short(v));
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > INT32_MAX
+                               : v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)
+      return make_error(ErrorCode::kBadModel, where_ + ": " + key + " is " +
+                                                  safeio::dump_short(v) +
+                                                  ", expected an integer below 2^31");
     *out = static_cast<int32_t>(v.get<int64_t>());
     return Status::Ok();
   }
@@ -175,7 +176,7 @@ class ConfigReader {
     if (!j_.contains(key) || j_[key].is_null()) return required ? missing(key) : Status::Ok();
     if (!j_[key].is_number())
       return make_error(ErrorCode::kBadModel,
-                        where_ + ": " + key + " must be a number, found " + j_[key].dump());
+                        where_ + ": " + key + " must be a number, found " + safeio::dump_short(j_[key]));
     *out = j_[key].get<double>();
     return Status::Ok();
   }
@@ -183,7 +184,7 @@ class ConfigReader {
     if (!j_.contains(key) || j_[key].is_null()) return Status::Ok();
     if (!j_[key].is_boolean())
       return make_error(ErrorCode::kBadModel,
-                        where_ + ": " + key + " must be true or false, found " + j_[key].dump());
+                        where_ + ": " + key + " must be true or false, found " + safeio::dump_short(j_[key]));
     *out = j_[key].get<bool>();
     return Status::Ok();
   }
@@ -194,7 +195,7 @@ class ConfigReader {
     const json& x = v.is_array() && !v.empty() ? v[0] : v;
     if (!x.is_number_integer())
       return make_error(ErrorCode::kBadModel,
-                        where_ + ": " + key + " must be an integer id, found " + v.dump());
+                        where_ + ": " + key + " must be an integer id, found " + safeio::dump_short(v));
     *out = static_cast<int32_t>(x.get<int64_t>());
     return Status::Ok();
   }
@@ -216,6 +217,13 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
   ASSIGN_OR_RETURN(json j, parse_json(text, where));
   if (!j.is_object()) return make_error(ErrorCode::kBadModel, where + ": not a JSON object");
   std::string arch_name;
+  if (j.contains("architectures") && !j["architectures"].is_null() &&
+      !(j["architectures"].is_array() &&
+        std::all_of(j["architectures"].begin(), j["architectures"].end(),
+                    [](const json& a) { return a.is_string(); })))
+    return make_error(ErrorCode::kBadModel, where + ": architectures is " +
+                                                safeio::dump_short(j["architectures"]) +
+                                                ", expected a list of names");
   if (j.contains("architectures") && j["architectures"].is_array() &&
       !j["architectures"].empty() && j["architectures"][0].is_string())
     arch_name = j["architectures"][0].get<std::string>();
@@ -277,7 +285,7 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
 
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
     return make_error(ErrorCode::kUnsupported,
-                      where + ": hidden_act " + j["hidden_act"].dump() + " (only silu)");
+                      where + ": hidden_act " + safeio::dump_short(j["hidden_act"]) + " (only silu)");
   if (r.truthy("mlp_bias"))
     return make_error(ErrorCode::kUnsupported, where + ": mlp_bias is not supported");
   if (c.arch == Arch::kLlama && r.truthy("attention_bias"))

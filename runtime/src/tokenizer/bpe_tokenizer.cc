@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "llmrr/runtime/tokenizers.h"
+#include "llmrr/safeio/json.h"
 #include "loaders/loader_util.h"
 #include "tokenizer/unicode.h"
 
@@ -323,13 +324,7 @@ Result<std::shared_ptr<const Tokenizer>> make_bpe_tokenizer(BpeSpec spec) {
 Result<std::shared_ptr<const Tokenizer>> load_tokenizer_json(const std::string& path) {
   using nlohmann::json;
   ASSIGN_OR_RETURN(std::string text, loaders::read_text_file(path, 64u << 20));
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return make_error(ErrorCode::kBadModel,
-                      path + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
-  }
+  ASSIGN_OR_RETURN(json j, safeio::parse_json(text, path, ErrorCode::kBadModel));
   auto bad = [&](const std::string& what) {
     return make_error(ErrorCode::kBadModel, path + ": " + what);
   };
@@ -361,7 +356,7 @@ Result<std::shared_ptr<const Tokenizer>> load_tokenizer_json(const std::string& 
                is_byte_level(pre["pretokenizers"][1])) {
       spec.pre = "smollm";
     } else {
-      return unsupported("pre-tokenizer " + pre.dump().substr(0, 200) +
+      return unsupported("pre-tokenizer " + safeio::dump_short(pre, 200) +
                          " (ByteLevel, or Digits(individual) + ByteLevel)");
     }
     const json& vocab = model["vocab"];
@@ -379,7 +374,7 @@ Result<std::shared_ptr<const Tokenizer>> load_tokenizer_json(const std::string& 
         if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
             !a["content"].is_string() || a["id"].get<int64_t>() < 0 ||
             a["id"].get<int64_t>() >= (1 << 24))
-          return bad("malformed added_tokens entry " + a.dump().substr(0, 100));
+          return bad("malformed added_tokens entry " + safeio::dump_short(a, 100));
         added.emplace_back(a["id"].get<int64_t>(), a["content"].get<std::string>());
         max_id = std::max<int64_t>(max_id, a["id"].get<int64_t>());
       }
@@ -405,14 +400,15 @@ Result<std::shared_ptr<const Tokenizer>> load_tokenizer_json(const std::string& 
       } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
         spec.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
       } else {
-        return bad("malformed merge " + m.dump().substr(0, 100));
+        return bad("malformed merge " + safeio::dump_short(m, 100));
       }
     }
     // tokenizer_config.json next to it: chat template, BOS/EOS.
     const std::string dir = path.substr(0, path.find_last_of('/') + 1);
     auto cfg_text = loaders::read_text_file(dir + "tokenizer_config.json", 16u << 20);
     if (cfg_text.ok()) {
-      json cfg = json::parse(*cfg_text, nullptr, false);
+      Result<json> parsed = safeio::parse_json(*cfg_text, dir, ErrorCode::kBadModel);
+      const json cfg = parsed.ok() ? std::move(*parsed) : json();
       if (cfg.is_object()) {
         if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
           spec.chat_template = cfg["chat_template"].get<std::string>();

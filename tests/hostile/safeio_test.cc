@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "llmrr/safeio/input.h"
+#include "llmrr/safeio/json.h"
+#include "llmrr/safeio/output.h"
+#include "trace_test_util.h"
+
+namespace llmrr {
+namespace {
+
+using rtest::temp_path;
+
+TEST(Safeio, NonRegularFilesAreRefusedWithoutBlocking) {
+  const std::string fifo = temp_path("safeio.fifo");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Result<std::string> r = safeio::read_file(fifo, 1 << 20, "trace");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().to_string().find("is a FIFO, expected a regular trace file") == std::string::npos, false)
+      << r.status().to_string();
+  EXPECT_FALSE(safeio::read_file("/dev/zero", 1 << 20, "requests file").ok());
+  EXPECT_EQ(safeio::require_regular_file("/tmp", "model").code(), ErrorCode::kIsDirectory);
+  EXPECT_EQ(safeio::require_regular_file(temp_path("nope"), "model").code(), ErrorCode::kNotFound);
+}
+
+TEST(Safeio, ReadsAreCapped) {
+  const std::string p = temp_path("safeio.txt");
+  rtest::write_file(p, std::string(1000, 'x'));
+  EXPECT_TRUE(safeio::read_file(p, 1000, "file").ok());
+  Result<std::string> r = safeio::read_file(p, 999, "file");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kResourceLimit);
+}
+
+TEST(Safeio, JsonDepthIsCappedBeforeParsing) {
+  EXPECT_TRUE(safeio::parse_json(std::string(64, '[') + std::string(64, ']'), "x", ErrorCode::kBadModel).ok());
+  Result<nlohmann::json> deep =
+      safeio::parse_json(std::string(200000, '['), "x.json", ErrorCode::kBadModel);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().to_string().find("x.json: JSON nested deeper than 64 levels at byte 65"),
+            std::string::npos)
+      << deep.status().to_string();
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(safeio::parse_json("\"" + std::string(1000, '[') + "\"", "x", ErrorCode::kBadModel).ok());
+  Result<nlohmann::json> bad = safeio::parse_json("{\"a\": \xff}", "x", ErrorCode::kBadModel);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().to_string().find('\xff'), std::string::npos);
+}
+
+TEST(Safeio, TypedFieldsNameTheField) {
+  nlohmann::json j = {{"format", 5}, {"redacted", "yes"}};
+  Result<std::string> f = safeio::string_field(j, "format", "m.json", "");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().to_string().find("m.json: field \"format\" is an integer (5), expected a string"),
+            std::string::npos)
+      << f.status().to_string();
+  EXPECT_FALSE(safeio::bool_field(j, "redacted", "m.json", false).ok());
+  EXPECT_EQ(*safeio::bool_field(j, "missing", "m.json", true), true);
+  // Invalid UTF-8 is replaced, never thrown.
+  EXPECT_NO_THROW(safeio::dump(nlohmann::json(std::string("a\xff"))));
+}
+
+TEST(Safeio, OutputFileLeavesNothingUnlessCommitted) {
+  const std::string p = temp_path("safeio-out.txt");
+  ::unlink(p.c_str());
+  {
+    Result<safeio::OutputFile> f = safeio::OutputFile::create(p, "-o");
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    ASSERT_TRUE(f->write("half").ok());
+    EXPECT_EQ(::access(f->temp_path().c_str(), F_OK), 0);
+  }
+  EXPECT_EQ(::access(p.c_str(), F_OK), -1);
+  Result<safeio::OutputFile> f = safeio::OutputFile::create(p, "-o");
+  ASSERT_TRUE(f.ok());
+  const std::string temp = f->temp_path();
+  ASSERT_TRUE(f->write("whole").ok());
+  ASSERT_TRUE(f->commit().ok());
+  EXPECT_EQ(rtest::read_file(p), "whole");
+  EXPECT_EQ(::access(temp.c_str(), F_OK), -1);
+}
+
+TEST(Safeio, OutputChecks) {
+  const std::string in = temp_path("safeio-in.trace");
+  rtest::write_file(in, "x");
+  const std::string link = temp_path("safeio-in-link.trace");
+  ::unlink(link.c_str());
+  ASSERT_EQ(::link(in.c_str(), link.c_str()), 0);
+  EXPECT_FALSE(safeio::check_output_file(in, "-o", {in}).ok());
+  EXPECT_FALSE(safeio::check_output_file(link, "-o", {in}).ok());  // same inode, other name
+  EXPECT_TRUE(safeio::check_output_file(temp_path("safeio-new.trace"), "-o", {in}).ok());
+  Status missing = safeio::check_output_file(temp_path("no-such-dir/x.trace"), "-o", {});
+  EXPECT_NE(missing.to_string().find("does not exist"), std::string::npos);
+  EXPECT_NE(safeio::check_output_file("", "-o", {}).to_string().find("the path is empty"),
+            std::string::npos);
+  EXPECT_FALSE(safeio::check_output_dir(temp_path("no-such-dir/out"), "--npy", {}).ok());
+  EXPECT_TRUE(safeio::check_output_dir(temp_path("new-out-dir"), "--npy", {}).ok());
+}
+
+}  // namespace
+}  // namespace llmrr
