@@ -100,6 +100,10 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
 
   int32_t experts = 0;
   RETURN_IF_ERROR(opt_int(f, a + "expert_count", &experts, false));
+  if (experts > 0 && c.arch == Arch::kQwen3)
+    return make_error(ErrorCode::kUnsupported,
+                      f.path() + ": " + a + "expert_count on architecture " + arch_name +
+                          " (experts only for llama, qwen2moe, qwen3moe)");
   if (experts > 0) {
     c.experts = experts;
     RETURN_IF_ERROR(opt_int(f, a + "expert_used_count", &c.top_k, true));
@@ -109,7 +113,7 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
       c.moe_ffn = c.ffn;
       c.ffn = 0;
       c.norm_topk_prob = true;
-    } else if (c.arch == Arch::kQwen2Moe || c.arch == Arch::kQwen3Moe) {
+    } else {  // qwen2moe, qwen3moe
       RETURN_IF_ERROR(opt_int(f, a + "expert_feed_forward_length", &c.moe_ffn, true));
       if (c.arch == Arch::kQwen2Moe)
         RETURN_IF_ERROR(
@@ -127,10 +131,6 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
       for (int32_t l = 0; l < c.layers; ++l)
         if (!has_tensor(f, "blk." + std::to_string(l) + ".ffn_gate_inp.weight"))
           c.mlp_only_layers.push_back(l);
-    } else {
-      return make_error(ErrorCode::kUnsupported,
-                        f.path() + ": " + a + "expert_count on architecture " + arch_name +
-                            " (experts only for llama, qwen2moe, qwen3moe)");
     }
   } else if (c.arch == Arch::kQwen2Moe || c.arch == Arch::kQwen3Moe) {
     return make_error(ErrorCode::kBadModel,
