@@ -15,6 +15,7 @@ every row the kernels ran on. Forward hooks name what they see with llmrr's site
     embed_tokens -> embed                    layers[i] -> L<i>.out
     input_layernorm -> L<i>.attn_norm        post_attention_layernorm -> L<i>.mlp_norm
     self_attn.q_proj / k_proj / v_proj -> L<i>.attn.q / .k / .v
+    self_attn.q_norm / k_norm (Qwen3, per head) -> L<i>.attn.q_norm / .k_norm (heads joined)
     self_attn.o_proj input -> L<i>.attn.core, output -> L<i>.attn.o
     mlp.gate_proj / up_proj / down_proj -> L<i>.mlp.gate / .up / .down (input of down: .act)
     MoE block (mlp with .gate router and .experts): router logits -> L<i>.moe.router, and the
@@ -168,6 +169,8 @@ class _HookRecorder:
             attn = getattr(layer, "self_attn", None)
             for name, site in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("o_proj", "o")):
                 self._site(getattr(attn, name, None), "L%d.attn.%s" % (i, site))
+            for name in ("q_norm", "k_norm"):
+                self._site(getattr(attn, name, None), "L%d.attn.%s" % (i, name), heads=True)
             self._site(getattr(attn, "o_proj", None), "L%d.attn.core" % i, inputs=True)
             mlp = getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe", None)
             router = getattr(mlp, "gate", None)
@@ -213,7 +216,9 @@ class _HookRecorder:
         if self.owns:
             self.rec.close()
 
-    def _site(self, module, site, inputs=False):
+    def _site(self, module, site, inputs=False, heads=False):
+        """heads: the module's output is [..., heads, head_dim] (Qwen3's q/k norm); a row is
+        all heads of one token, as llmrr's engine fingerprints it."""
         if module is None or not self.rec.wants_rows(site):
             return
         if inputs:
@@ -222,6 +227,8 @@ class _HookRecorder:
             self.handles.append(module.register_forward_pre_hook(hook))
         else:
             def hook(mod, args, out):
+                if heads and torch.is_tensor(out):
+                    out = out.flatten(-2)
                 self._safe(self._record_rows, site, out)
             self.handles.append(module.register_forward_hook(hook))
 

@@ -52,6 +52,19 @@ Status Engine::Impl::norm_site(const StepBatch& b, SiteId site, const float* xin
   return Status::Ok();
 }
 
+// Qwen3's q/k norm: one RMSNorm row per head (rows × heads rows of head_dim), in place.
+Status Engine::Impl::head_norm_site(const StepBatch& b, SiteId site, float* xio, int64_t rows,
+                                    int32_t heads, const std::vector<float>& weight,
+                                    const int32_t* row_map) {
+  const int64_t D = w.cfg.head_dim, width = heads * D;
+  uint64_t mask = ask(b, site);
+  ASSIGN_OR_RETURN(Plan p, get_plan(b, norm_plan_query(b, site, b.full_rows * heads, D)));
+  kernels::rmsnorm(xio, D, rows * heads, D, weight.data(), w.cfg.norm_eps, xio, D, p, *pool);
+  if (w.cfg.bf16_activations) bf16_round(xio, rows, width, width);
+  emit(mask, b, site, xio, width, rows, width, row_map);
+  return Status::Ok();
+}
+
 void Engine::Impl::residual_add(float* xio, const float* d, int64_t rows) {
   const int64_t n = rows * w.cfg.hidden;
   for (int64_t i = 0; i < n; ++i) xio[i] = xio[i] + d[i];
@@ -80,6 +93,11 @@ Status Engine::Impl::attention_layer(StepBatch& b, int32_t l) {
                             k.data(), kvd, &L.k_bias, false, map));
   RETURN_IF_ERROR(gemm_site(b, site(SiteKind::kV), h.data(), c.hidden, R, b.full_rows, L.v,
                             v.data(), kvd, &L.v_bias, false, map));
+  if (c.qk_norm) {
+    RETURN_IF_ERROR(head_norm_site(b, site(SiteKind::kQNorm), q.data(), R, c.heads, L.q_norm, map));
+    RETURN_IF_ERROR(
+        head_norm_site(b, site(SiteKind::kKNorm), k.data(), R, c.kv_heads, L.k_norm, map));
+  }
   kernels::rope(q.data(), qd, R, b.positions.data(), c.heads, w.rope);
   kernels::rope(k.data(), kvd, R, b.positions.data(), c.kv_heads, w.rope);
   if (c.bf16_activations) {

@@ -92,6 +92,8 @@ struct Engine::Impl {
   Status norm_site(const StepBatch& b, SiteId site, const float* xin, int64_t rows,
                    int64_t plan_rows, const std::vector<float>& weight, float* y,
                    const int32_t* row_map);
+  Status head_norm_site(const StepBatch& b, SiteId site, float* xio, int64_t rows, int32_t heads,
+                        const std::vector<float>& weight, const int32_t* row_map);
   void residual_add(float* xio, const float* d, int64_t rows);
   void plain_site(const StepBatch& b, SiteId site, const float* data, int64_t ld, int64_t rows,
                   int64_t cols, const int32_t* row_map);

@@ -225,6 +225,10 @@ Result<EngineWeights> pack_weights(const LoadedModel& model, const ModelConfig& 
       RETURN_IF_ERROR(f.optional_vec(p + "self_attn.k_proj.bias", kv_out, &L.k_bias));
       RETURN_IF_ERROR(f.optional_vec(p + "self_attn.v_proj.bias", kv_out, &L.v_bias));
     }
+    if (c.qk_norm) {
+      RETURN_IF_ERROR(f.vec(p + "self_attn.q_norm.weight", D, &L.q_norm));
+      RETURN_IF_ERROR(f.vec(p + "self_attn.k_norm.weight", D, &L.k_norm));
+    }
 
     L.sparse = is_sparse_layer(c, l);
     if (!L.sparse) {

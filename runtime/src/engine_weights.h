@@ -18,6 +18,7 @@ struct LayerWeights {
   std::vector<float> attn_norm, mlp_norm;
   kernels::PackedWeight q, k, v, o;
   std::vector<float> q_bias, k_bias, v_bias;  // empty when the checkpoint has none
+  std::vector<float> q_norm, k_norm;          // [head_dim] (Qwen3 q/k norm), else empty
   bool sparse = false;                        // MoE layer
   MlpWeights mlp;                             // dense layers
   kernels::PackedWeight router;               // [experts, hidden]

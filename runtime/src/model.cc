@@ -14,6 +14,17 @@
 
 namespace llmrr {
 
+const char* arch_name(Arch arch) {
+  switch (arch) {
+    case Arch::kLlama: return "llama";
+    case Arch::kMixtral: return "mixtral";
+    case Arch::kQwen2Moe: return "qwen2_moe";
+    case Arch::kQwen3: return "qwen3";
+    case Arch::kQwen3Moe: return "qwen3_moe";
+  }
+  return "unknown";
+}
+
 int64_t HostTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

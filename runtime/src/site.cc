@@ -1,6 +1,7 @@
 #include "llmrr/runtime/site.h"
 
 #include <charconv>
+#include <iterator>
 #include <string>
 
 namespace llmrr {
@@ -22,7 +23,40 @@ constexpr KindName kLayerKinds[] = {
     {SiteKind::kRouter, "moe.router"},      {SiteKind::kSharedGate, "moe.shared.gate"},
     {SiteKind::kSharedUp, "moe.shared.up"}, {SiteKind::kSharedDown, "moe.shared.down"},
     {SiteKind::kSharedScale, "moe.shared.scale"}, {SiteKind::kCombine, "moe.combine"},
-    {SiteKind::kLayerOut, "out"},
+    {SiteKind::kLayerOut, "out"},           {SiteKind::kQNorm, "attn.q_norm"},
+    {SiteKind::kKNorm, "attn.k_norm"},
+};
+
+// Position of each kind in a layer's forward order, indexed by the kind's value.
+constexpr uint8_t kForwardRank[kSiteKinds] = {
+    0,   // kEmbed
+    1,   // kAttnNorm
+    2,   // kQ
+    3,   // kK
+    4,   // kV
+    7,   // kAttn
+    8,   // kO
+    9,   // kAttnResid
+    10,  // kMlpNorm
+    11,  // kGate
+    12,  // kUp
+    13,  // kAct
+    14,  // kDown
+    15,  // kRouter
+    16,  // kExpertGate
+    17,  // kExpertUp
+    18,  // kExpertAct
+    19,  // kExpertDown
+    20,  // kSharedGate
+    21,  // kSharedUp
+    22,  // kSharedDown
+    23,  // kSharedScale
+    24,  // kCombine
+    25,  // kLayerOut
+    26,  // kFinalNorm
+    27,  // kLogits
+    5,   // kQNorm
+    6,   // kKNorm
 };
 
 constexpr KindName kExpertKinds[] = {
@@ -50,7 +84,9 @@ uint64_t SiteId::forward_key() const {
   } else {
     layer_rank = static_cast<uint64_t>(layer + 1);
   }
-  return (layer_rank << 32) | (static_cast<uint64_t>(kind) << 16) |
+  const auto k = static_cast<size_t>(kind);
+  const uint64_t rank = k < std::size(kForwardRank) ? kForwardRank[k] : 0xFFu;
+  return (layer_rank << 32) | (rank << 16) |
          static_cast<uint64_t>(static_cast<uint16_t>(expert + 1));
 }
 

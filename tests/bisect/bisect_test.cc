@@ -76,13 +76,15 @@ struct Planted {
 // A: the target plus load on tiny-moe (production). B: A forced, with `plant` applied to the
 // plan table and the routing table, and the plans of experts the target does not use at
 // steps [1, decoy_last] (after the edit) changed.
+// With `model` and `requests`, that model and those requests instead.
 Planted plant(const std::string& name, const std::string& prompt,
               const std::function<void(MemoryTrace&, PlanTable&, rtest::TableRouting&)>& edit,
-              int64_t decoy_last) {
-  const LoadedModel& m = builtin("tiny-moe");
+              int64_t decoy_last, const LoadedModel* model = nullptr,
+              std::vector<RequestSpec> requests = {}) {
+  const LoadedModel& m = model ? *model : builtin("tiny-moe");
   Planted p;
   RunSpec spec;
-  spec.requests = rtest::target_and_load(m, prompt, 10, 5);
+  spec.requests = model ? std::move(requests) : rtest::target_and_load(m, prompt, 10, 5);
   p.a = record(m, spec, temp_path(name + "-a.trace"));
   EXPECT_TRUE(p.a.ok);
   if (!p.a.ok) return p;
@@ -112,10 +114,10 @@ Planted plant(const std::string& name, const std::string& prompt,
   return p;
 }
 
-BisectReport bisect_ok(const std::string& a, const std::string& b, const std::string& model,
+BisectReport bisect_ok(const std::string& a, const std::string& b, const LoadedModel& model,
                        replay::BisectOptions o = {}) {
   if (!o.request) o.request = std::make_pair(kTarget, kTarget);
-  auto s = BisectSession::open(a, b, o, &builtin(model));
+  auto s = BisectSession::open(a, b, o, &model);
   EXPECT_TRUE(s.ok()) << s.status().to_string();
   if (!s.ok()) return {};
   BisectReport r = (*s)->run();
@@ -123,6 +125,11 @@ BisectReport bisect_ok(const std::string& a, const std::string& b, const std::st
   EXPECT_FALSE(replay::format_bisect_report(r).empty());
   EXPECT_FALSE(replay::bisect_report_json(r).empty());
   return r;
+}
+
+BisectReport bisect_ok(const std::string& a, const std::string& b, const std::string& model,
+                       replay::BisectOptions o = {}) {
+  return bisect_ok(a, b, builtin(model), o);
 }
 
 // A step in the middle of the target's decode, with other requests in the batch.
@@ -175,6 +182,73 @@ TEST(Bisect, PlantedPlanIsNamedExactly) {
   for (const Factor& x : r.factors)
     decoys += x.kind == FactorKind::kPlan && x.site_name != "L2.attn.o";
   EXPECT_EQ(decoys + 1, static_cast<int>(r.factors.size()));
+}
+
+// Qwen3 (the transformers fixture, head_dim 32): a q_norm plan changed at one step of the
+// target's decode and a k_norm plan two steps later. Whichever of the two first changes the
+// target's bits (a different chunking need not change a rounded norm), bisect names that one
+// alone, as diff locates the split: its step and its site. (head_dim 16 would not do: chunks
+// are whole multiples of 16 lanes, so a head of 16 has one chunk whatever the plan says.)
+TEST(Bisect, PlantedQkNormPlanIsNamedExactly) {
+  auto loaded = load_model(std::string(LLMRR_FIXTURES_DIR) + "/tiny-qwen3");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  std::vector<RequestSpec> reqs;
+  for (RequestId id = 0; id < 6; ++id) {
+    RequestSpec r;
+    r.id = id;
+    for (int32_t i = 0; i < 4 + 3 * static_cast<int32_t>(id); ++i)
+      r.prompt.push_back(1 + (i * 53 + static_cast<int32_t>(id) * 31) % 290);
+    r.max_tokens = 10;
+    r.stop_at_eos = false;
+    reqs.push_back(r);
+  }
+  int64_t step = -1;
+  const SiteId site = *parse_site("L1.attn.q_norm"), later = *parse_site("L0.attn.k_norm");
+  Plan orig, changed;
+  auto other = [](Plan p) {
+    p.splits = p.splits == 1 ? 2 : 1;
+    return p;
+  };
+  Planted p = plant(
+      "qknorm", "",
+      [&](MemoryTrace& m, PlanTable& plans, rtest::TableRouting&) {
+        step = middle_step(m, 3);
+        ASSERT_GE(step, 0);
+        ASSERT_TRUE(plans.find(step, site));
+        ASSERT_TRUE(plans.find(step + 2, later));
+        orig = *plans.find(step, site);
+        changed = other(orig);
+        plans.set(step, site, changed);
+        plans.set(step + 2, later, other(*plans.find(step + 2, later)));
+      },
+      /*decoy_last=*/8, &*loaded, reqs);
+  ASSERT_TRUE(p.a.ok && p.b.ok);
+  BisectReport r = bisect_ok(p.a.path, p.b.path, *loaded);
+  ASSERT_TRUE(r.split()) << replay::format_bisect_report(r);
+  ASSERT_TRUE(r.numerical.ran) << replay::format_bisect_report(r);
+  EXPECT_GE(r.numerical.universe, 2) << replay::format_bisect_report(r);
+  auto d = replay::diff_traces(p.a.path, p.b.path, {});
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const replay::RequestDiff* target = nullptr;
+  for (const replay::RequestDiff& x : d->requests)
+    if (x.a == kTarget) target = &x;
+  ASSERT_TRUE(target && target->root_found);
+  ASSERT_TRUE(target->first_site == "L1.attn.q_norm" || target->first_site == "L0.attn.k_norm")
+      << target->first_site;
+  ASSERT_EQ(r.numerical.minimal.size(), 1u) << replay::format_bisect_report(r);
+  const Factor& f = r.factors[r.numerical.minimal[0]];
+  EXPECT_EQ(f.kind, FactorKind::kPlan);
+  EXPECT_EQ(f.site_name, target->first_site);
+  EXPECT_EQ(f.step_a, target->batch_a.step);
+  EXPECT_EQ(f.step_a, f.site_name == "L1.attn.q_norm" ? step : step + 2);
+  if (f.site_name == "L1.attn.q_norm") {
+    EXPECT_EQ(f.a_text, plan_to_string(orig));
+    EXPECT_EQ(f.b_text, plan_to_string(changed));
+  }
+  EXPECT_NE(r.numerical.conclusion.find("change of " + f.site_name + " at step " +
+                                        std::to_string(f.step_a) + " alone reproduces it"),
+            std::string::npos)
+      << r.numerical.conclusion;
 }
 
 TEST(Bisect, PlantedRoutingIsNamedExactly) {

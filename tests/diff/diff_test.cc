@@ -225,6 +225,60 @@ TEST(Diff, PlantedPlanIsNamedExactly) {
   EXPECT_GE(split, 2) << replay::format_diff_story(d);
 }
 
+// Qwen3's per-head q norm with another chunking at one decode step (everything else forced
+// to the first run): diff names that step, L1.attn.q_norm, and the two RMSNorm plans.
+TEST(Diff, PlantedQkNormPlanIsNamed) {
+  auto loaded = load_model(std::string(LLMRR_FIXTURES_DIR) + "/tiny-qwen3");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  const LoadedModel& m = *loaded;
+  RunSpec spec;
+  spec.policy = "invariant";
+  for (RequestId id = 0; id < 3; ++id) {
+    RequestSpec r;
+    r.id = id;
+    r.prompt = {1, static_cast<int32_t>(17 + 40 * id), 42, 255, static_cast<int32_t>(3 + id)};
+    r.max_tokens = 6;
+    r.stop_at_eos = false;
+    spec.requests.push_back(r);
+  }
+  Recorded a = record(m, spec, temp_path("plant-qknorm-a.trace"));
+  ASSERT_TRUE(a.ok);
+  const int64_t step = a.mem->steps().back().step - 2;  // a decode step of all three
+  const SiteId site = *parse_site("L1.attn.q_norm");
+  PlanTable planted = a.mem->plans();
+  ASSERT_TRUE(planted.find(step, site)) << "no k_norm plan at step " << step;
+  const Plan orig = *planted.find(step, site);
+  EXPECT_EQ(orig.op, OpKind::kRmsNorm);
+  Plan changed = orig;
+  changed.splits = orig.splits == 1 ? 2 : 1;  // two chunks of 16
+  planted.set(step, site, changed);
+  RunSpec bspec = spec;
+  bspec.policy = "forced";
+  bspec.plans = &planted;
+  rtest::ListSchedule sched;
+  sched.steps = a.mem->steps();
+  bspec.schedule = &sched;
+  Recorded b = record(m, bspec, temp_path("plant-qknorm-b.trace"));
+  ASSERT_TRUE(b.ok);
+
+  DiffReport d = diff_ok(a.path, b.path);
+  EXPECT_FALSE(d.identical());
+  int split = 0;
+  for (const RequestDiff& r : d.requests) {
+    if (!r.root_found) continue;
+    ++split;
+    EXPECT_EQ(r.batch_a.step, step) << "request " << r.a;
+    EXPECT_EQ(r.first_site, "L1.attn.q_norm") << replay::format_diff_story(d);
+    EXPECT_EQ(r.cause, "plan");
+    ASSERT_FALSE(r.plans.empty());
+    EXPECT_EQ(r.plans[0].site_name, "L1.attn.q_norm");
+    EXPECT_EQ(r.plans[0].a_text, plan_to_string(orig));
+    EXPECT_EQ(r.plans[0].b_text, plan_to_string(changed));
+  }
+  EXPECT_GE(split, 1) << replay::format_diff_story(d);
+  EXPECT_NE(replay::format_diff_story(d).find("L1.attn.q_norm"), std::string::npos);
+}
+
 // One routing decision changed: the token's slot goes to another expert. Diff names the
 // step, the combine of that layer, and routing as the cause.
 TEST(Diff, PlantedRoutingIsNamedExactly) {

@@ -7,7 +7,9 @@
 
 #include "cuda/rmsnorm_phases.h"
 #include "grid_runner.h"
+#include "llmrr/kernels/ops.h"
 #include "llmrr/kernels/reference.h"
+#include "llmrr/kernels/threadpool.h"
 #include "plan_tables.h"
 #include "test_util.h"
 
@@ -57,6 +59,42 @@ TEST(RmsNormGrid, DeviceCodeMatchesReferenceBits) {
           grid_rmsnorm(xin.data(), ldx, rows, dim, w.data(), eps, xin.data(), ldx, plan, order);
           for (int64_t i = 0; i < rows; ++i) {
             ASSERT_EQ(first_diff(xin.data() + i * ldx, want.data() + i * ldy, dim), -1);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Qwen3's q/k norm as both engines run it: a [tokens, heads × head_dim] q (or k) buffer
+// normalized in place as tokens × heads rows of head_dim, one weight for all heads — the CPU
+// reference, the CPU kernel and the CUDA device code give the same bits.
+TEST(RmsNormGrid, QkNormLayoutInPlaceMatchesCpu) {
+  std::mt19937 rng(47);
+  for (int64_t head_dim : {16, 32, 64, 128}) {
+    for (int64_t heads : {1, 2, 4, 8}) {
+      for (int64_t tokens : {1, 5, 17}) {
+        for (uint32_t splits : {1u, 2u, 4u}) {
+          SCOPED_TRACE(::testing::Message() << "head_dim=" << head_dim << " heads=" << heads
+                                            << " tokens=" << tokens << " splits=" << splits);
+          const Plan plan = norm_plan(splits);
+          const int64_t rows = tokens * heads;
+          auto q = random_vec(rng, rows * head_dim, 4.0f);
+          auto w = random_vec(rng, head_dim);
+          const float eps = 1e-6f;
+          std::vector<float> want = q;
+          ref::rmsnorm(want.data(), head_dim, rows, head_dim, w.data(), eps, want.data(),
+                       head_dim, plan);
+          std::vector<float> cpu = q;
+          ThreadPool pool(2);
+          kernels::rmsnorm(cpu.data(), head_dim, rows, head_dim, w.data(), eps, cpu.data(),
+                           head_dim, plan, pool);
+          ASSERT_EQ(first_diff(cpu.data(), want.data(), cpu.size()), -1);
+          for (ThreadOrder order : kOrders) {
+            std::vector<float> got = q;
+            grid_rmsnorm(got.data(), head_dim, rows, head_dim, w.data(), eps, got.data(),
+                         head_dim, plan, order);
+            ASSERT_EQ(first_diff(got.data(), want.data(), got.size()), -1);
           }
         }
       }

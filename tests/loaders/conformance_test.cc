@@ -42,8 +42,9 @@ TEST(Conformance, ManifestPresent) {
   const json& m = fixtures::manifest();
   ASSERT_TRUE(m.is_object()) << "tests/fixtures/manifest.json missing or unreadable";
   for (const char* name : {"tiny-llama", "tiny-llama-bf16", "tiny-mixtral", "tiny-qwen2moe",
-                           "tiny-llama-f32.gguf", "tiny-llama-q8_0.gguf", "builtin-tiny-dense",
-                           "builtin-tiny-moe"})
+                           "tiny-qwen3", "tiny-qwen3moe", "tiny-llama-f32.gguf",
+                           "tiny-llama-q8_0.gguf", "tiny-qwen3-f32.gguf", "tiny-qwen3moe-f32.gguf",
+                           "builtin-tiny-dense", "builtin-tiny-moe"})
     EXPECT_TRUE(m["models"].contains(name)) << name;
 }
 
@@ -115,6 +116,76 @@ TEST(Conformance, SafetensorsTinyQwen2Moe) {
   EXPECT_EQ(m->tensors.at("model.layers.2.mlp.shared_expert_gate.weight").shape,
             (std::vector<int64_t>{1, 64}));
   expect_tensors_match(*m, model_entry("tiny-qwen2moe")["tensors"], "tiny-qwen2moe");
+}
+
+TEST(Conformance, SafetensorsTinyQwen3) {
+  auto m = load_model(fixtures::path("tiny-qwen3"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, Arch::kQwen3);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.hidden, 64);
+  EXPECT_EQ(c.heads, 4);
+  EXPECT_EQ(c.kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 32);  // not hidden / heads
+  EXPECT_EQ(c.ffn, 128);
+  EXPECT_EQ(c.experts, 0);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.rope_theta, 1000000.0);
+  EXPECT_EQ(c.norm_eps, 1e-6f);
+  EXPECT_EQ(m->tensors.at("model.layers.1.self_attn.q_norm.weight").shape,
+            (std::vector<int64_t>{32}));
+  EXPECT_EQ(m->tensors.at("model.layers.0.self_attn.q_proj.weight").shape,
+            (std::vector<int64_t>{128, 64}));
+  expect_tensors_match(*m, model_entry("tiny-qwen3")["tensors"], "tiny-qwen3");
+}
+
+TEST(Conformance, SafetensorsTinyQwen3Moe) {
+  auto m = load_model(fixtures::path("tiny-qwen3moe"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, Arch::kQwen3Moe);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.layers, 3);
+  EXPECT_EQ(c.experts, 16);
+  EXPECT_EQ(c.top_k, 4);
+  EXPECT_EQ(c.moe_ffn, 16);
+  EXPECT_EQ(c.shared_ffn, 0);
+  EXPECT_FALSE(c.shared_expert_gate);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_FALSE(c.tied_embeddings);
+  EXPECT_TRUE(c.is_moe_layer(0));
+  EXPECT_FALSE(c.is_moe_layer(1));  // mlp_only_layers = [1]
+  EXPECT_TRUE(c.is_moe_layer(2));
+  expect_tensors_match(*m, model_entry("tiny-qwen3moe")["tensors"], "tiny-qwen3moe");
+}
+
+// The GGUFs of the Qwen3 models (no Q/K permutation, attn_{q,k}_norm, stacked experts, the
+// dense layer found by its missing router): the safetensors tensors bit for bit, the same
+// config.
+TEST(Conformance, GgufTinyQwen3) {
+  for (const char* name : {"tiny-qwen3", "tiny-qwen3moe"}) {
+    auto g = load_model(fixtures::path(std::string(name) + "-f32.gguf"));
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    auto s = load_model(fixtures::path(name));
+    ASSERT_TRUE(s.ok());
+    expect_tensors_match(*g, model_entry(name)["tensors"], std::string(name) + "-f32.gguf");
+    const ModelConfig &a = g->config, &b = s->config;
+    EXPECT_EQ(a.arch, b.arch) << name;
+    EXPECT_TRUE(a.qk_norm) << name;
+    EXPECT_EQ(a.head_dim, b.head_dim) << name;
+    EXPECT_EQ(a.kv_heads, b.kv_heads) << name;
+    EXPECT_EQ(a.ffn, b.ffn) << name;
+    EXPECT_EQ(a.experts, b.experts) << name;
+    EXPECT_EQ(a.top_k, b.top_k) << name;
+    EXPECT_EQ(a.moe_ffn, b.moe_ffn) << name;
+    EXPECT_EQ(a.norm_topk_prob, b.norm_topk_prob) << name;
+    EXPECT_EQ(a.tied_embeddings, b.tied_embeddings) << name;
+    EXPECT_EQ(a.rope_theta, b.rope_theta) << name;
+    EXPECT_EQ(a.norm_eps, b.norm_eps) << name;
+    for (int32_t l = 0; l < a.layers; ++l) EXPECT_EQ(a.is_moe_layer(l), b.is_moe_layer(l)) << l;
+  }
 }
 
 // The GGUF of the tiny Llama (Q/K permuted the way llama.cpp's converter does): after our

@@ -159,6 +159,73 @@ TEST(Gguf, Qwen2MoeMapping) {
             (std::vector<int64_t>{4}));
 }
 
+// A one-layer qwen3 file (q/k norms of head_dim 4, no Q/K permutation).
+GgufBuilder tiny_qwen3(const std::string& arch = "qwen3") {
+  GgufBuilder b;
+  const std::string a = arch + ".";
+  b.kv_str("general.architecture", arch);
+  b.kv_u32(a + "context_length", 32);
+  b.kv_u32(a + "embedding_length", 8);
+  b.kv_u32(a + "block_count", 1);
+  b.kv_u32(a + "feed_forward_length", 16);
+  b.kv_u32(a + "attention.head_count", 2);
+  b.kv_u32(a + "attention.head_count_kv", 1);
+  b.kv_u32(a + "attention.key_length", 4);
+  b.kv_u32(a + "attention.value_length", 4);
+  b.kv_u32(a + "vocab_size", 6);
+  auto f = [&](const std::string& name, std::vector<uint64_t> ne, float base) {
+    b.f32(name, ne, [base](uint64_t i) { return base + static_cast<float>(i); });
+  };
+  f("token_embd.weight", {8, 6}, 0);
+  f("blk.0.attn_norm.weight", {8}, 0);
+  f("blk.0.attn_q.weight", {8, 8}, 100);
+  f("blk.0.attn_k.weight", {8, 4}, 0);
+  f("blk.0.attn_v.weight", {8, 4}, 0);
+  f("blk.0.attn_q_norm.weight", {4}, 500);
+  f("blk.0.attn_k_norm.weight", {4}, 600);
+  f("blk.0.attn_output.weight", {8, 8}, 0);
+  f("blk.0.ffn_norm.weight", {8}, 0);
+  f("blk.0.ffn_gate.weight", {8, 16}, 0);
+  f("blk.0.ffn_up.weight", {8, 16}, 0);
+  f("blk.0.ffn_down.weight", {16, 8}, 0);
+  f("output_norm.weight", {8}, 0);
+  return b;
+}
+
+TEST(Gguf, Qwen3Mapping) {
+  TempDir dir;
+  auto m = load_bytes(dir, tiny_qwen3().build());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->config.arch, Arch::kQwen3);
+  EXPECT_TRUE(m->config.qk_norm);
+  EXPECT_EQ(m->config.head_dim, 4);
+  EXPECT_EQ(m->tensors.at("model.layers.0.self_attn.k_norm.weight").shape,
+            (std::vector<int64_t>{4}));
+  EXPECT_EQ(m->tensors.at("model.layers.0.self_attn.k_norm.weight").data[3], 603.0f);
+  const HostTensor& q = m->tensors.at("model.layers.0.self_attn.q_proj.weight");
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(q.data[r * 8], 100.0f + r * 8);  // not permuted
+}
+
+TEST(Gguf, Qwen3RefusalsNameTheKey) {
+  TempDir dir;
+  auto expect = [&](const GgufBuilder& b, ErrorCode code, const std::string& part) {
+    auto m = load_bytes(dir, b.build());
+    ASSERT_FALSE(m.ok()) << part;
+    EXPECT_EQ(m.status().code(), code) << m.status().to_string();
+    EXPECT_NE(m.status().message().find(part), std::string::npos) << m.status().to_string();
+  };
+  GgufBuilder b = tiny_qwen3();
+  b.kv_u32("qwen3.expert_count", 4);
+  expect(b, ErrorCode::kUnsupported, "qwen3.expert_count");
+  expect(tiny_qwen3("qwen3moe"), ErrorCode::kBadModel, "qwen3moe.expert_count");
+  b = tiny_qwen3();
+  b.kv_str("qwen3.rope.scaling.type", "yarn");
+  expect(b, ErrorCode::kUnsupported, "qwen3.rope.scaling.type = yarn");
+  b = tiny_qwen3();
+  b.f32("blk.0.attn_q.bias", {8}, [](uint64_t) { return 0.0f; });
+  expect(b, ErrorCode::kUnsupported, "attention biases");
+}
+
 TEST(Gguf, WeightHashCoversBytesAndNames) {
   TempDir dir;
   auto a = load_bytes(dir, tiny_llama().build(), "a.gguf");

@@ -285,6 +285,91 @@ TEST(SafetensorsErrors, Config) {
   expect_error(load_model(empty.path()), ErrorCode::kNotFound, "model.safetensors");
 }
 
+json qwen3_config(bool moe) {
+  json c = {{"architectures", {moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}},
+            {"model_type", moe ? "qwen3_moe" : "qwen3"}, {"vocab_size", 10}, {"hidden_size", 8},
+            {"num_hidden_layers", 3}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+            {"head_dim", 6}, {"intermediate_size", 16}, {"rms_norm_eps", 1e-6},
+            {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
+            {"attention_bias", false}, {"use_sliding_window", false},
+            {"layer_types", {"full_attention", "full_attention", "full_attention"}}};
+  if (moe) {
+    c["num_experts"] = 8;
+    c["num_experts_per_tok"] = 3;
+    c["moe_intermediate_size"] = 4;
+    c["norm_topk_prob"] = true;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = {1};
+  }
+  return c;
+}
+
+TEST(SafetensorsConfig, Qwen3AndQwen3Moe) {
+  auto d = parse_hf_config(qwen3_config(false).dump(), "cfg");
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->arch, Arch::kQwen3);
+  EXPECT_TRUE(d->qk_norm);
+  EXPECT_EQ(d->head_dim, 6);
+  EXPECT_EQ(d->experts, 0);
+  EXPECT_FALSE(d->attention_bias);
+  auto m = parse_hf_config(qwen3_config(true).dump(), "cfg");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->arch, Arch::kQwen3Moe);
+  EXPECT_TRUE(m->qk_norm);
+  EXPECT_EQ(m->experts, 8);
+  EXPECT_EQ(m->top_k, 3);
+  EXPECT_EQ(m->shared_ffn, 0);
+  EXPECT_TRUE(m->norm_topk_prob);
+  EXPECT_FALSE(m->attention_bias);  // no qkv_bias default as in Qwen2-MoE
+  EXPECT_TRUE(m->is_moe_layer(0));
+  EXPECT_FALSE(m->is_moe_layer(1));
+  EXPECT_TRUE(m->is_moe_layer(2));
+  // transformers 5 writes num_local_experts; norm_topk_prob defaults to false.
+  json c = qwen3_config(true);
+  c.erase("num_experts");
+  c.erase("norm_topk_prob");
+  c["num_local_experts"] = 8;
+  m = parse_hf_config(c.dump(), "cfg");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->experts, 8);
+  EXPECT_FALSE(m->norm_topk_prob);
+  // Only model_type, no architectures.
+  c = qwen3_config(false);
+  c.erase("architectures");
+  d = parse_hf_config(c.dump(), "cfg");
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->arch, Arch::kQwen3);
+}
+
+// What Qwen3 checkpoints may ask for that the engine does not implement: refused, naming
+// the config key.
+TEST(SafetensorsConfig, Qwen3UnsupportedVariantsNameTheKey) {
+  auto refused = [](const json& c, const std::string& part) {
+    auto r = parse_hf_config(c.dump(), "cfg");
+    ASSERT_FALSE(r.ok()) << part;
+    EXPECT_EQ(r.status().code(), ErrorCode::kUnsupported) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().to_string();
+  };
+  json c = qwen3_config(false);
+  c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  refused(c, "rope_scaling.rope_type yarn");
+  c = qwen3_config(false);
+  c["rope_parameters"] = {{"type", "dynamic"}, {"rope_theta", 10000.0}};
+  refused(c, "rope_parameters.type dynamic");
+  c = qwen3_config(false);
+  c["use_sliding_window"] = true;
+  refused(c, "use_sliding_window");
+  c = qwen3_config(false);
+  c["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+  refused(c, "layer_types entry \"sliding_attention\"");
+  c = qwen3_config(true);
+  c["attention_bias"] = true;
+  refused(c, "attention_bias");
+  c = qwen3_config(true);
+  c["shared_expert_intermediate_size"] = 16;
+  refused(c, "shared_expert_intermediate_size");
+}
+
 TEST(SafetensorsConfig, HfFields) {
   // transformers ≥ 5 nests rope_theta; eos may be a list; head_dim may be null.
   auto c = parse_hf_config(R"({"architectures": ["Qwen2MoeForCausalLM"], "vocab_size": 10,

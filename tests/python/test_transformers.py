@@ -1,5 +1,5 @@
 """The proof on real code: Hugging Face transformers (CPU) runs the committed tiny Llama,
-Mixtral and Qwen2-MoE checkpoints on one prompt alone (batch 1) and inside a left-padded
+Mixtral, Qwen2-MoE, Qwen3 and Qwen3-MoE checkpoints on one prompt alone (batch 1) and inside a left-padded
 batch of 8, llmrr.torch.record records both, and `llmrr diff` says where they split. Where
 torch's CPU kernels split depends on the machine (the GEMM kernels oneDNN / MKL pick differ
 between AVX2, AVX-512 and AMX machines), so the finding `llmrr diff` must report is worked
@@ -36,9 +36,10 @@ MAX_NEW = 12
 
 # Forward order of the site kinds (runtime/include/llmrr/runtime/site.h, SiteKind): the
 # order `llmrr diff` names the first differing site of a position in.
-KIND_ORDER = ["attn_norm", "attn.q", "attn.k", "attn.v", "attn.core", "attn.o", "mlp_norm",
-              "mlp.gate", "mlp.up", "mlp.act", "mlp.down", "moe.router", "moe.shared.gate",
-              "moe.shared.up", "moe.shared.down", "moe.shared.scale", "moe.combine", "out"]
+KIND_ORDER = ["attn_norm", "attn.q", "attn.k", "attn.v", "attn.q_norm", "attn.k_norm",
+              "attn.core", "attn.o", "mlp_norm", "mlp.gate", "mlp.up", "mlp.act", "mlp.down",
+              "moe.router", "moe.shared.gate", "moe.shared.up", "moe.shared.down",
+              "moe.shared.scale", "moe.combine", "out"]
 
 transformers.utils.logging.disable_progress_bar()
 torch.set_num_threads(1)  # the finding is for one thread; more threads may block differently
@@ -83,6 +84,8 @@ class Saved:
 
     def _hook(self, name):
         def hook(mod, args, out):
+            if torch.is_tensor(out) and out.dim() == 4:
+                out = out.flatten(-2)  # Qwen3's q/k norm: [B, T, heads, head_dim]
             self.out[name].append(tuple(o.detach().clone() for o in out)
                                   if isinstance(out, tuple) else out.detach().clone())
         return hook
@@ -105,6 +108,9 @@ def sites_of(model, capture):
                          "attn.q": (attn.q_proj, False), "attn.k": (attn.k_proj, False),
                          "attn.v": (attn.v_proj, False), "attn.o": (attn.o_proj, False),
                          "attn.core": (attn.o_proj, True)})
+            if hasattr(attn, "q_norm"):
+                mods.update({"attn.q_norm": (attn.q_norm, False),
+                             "attn.k_norm": (attn.k_norm, False)})
             if hasattr(mlp, "experts"):
                 mods["moe.router"] = (mlp.gate, False)
                 mods["moe.combine"] = (mlp, False)
@@ -228,6 +234,8 @@ class BatchDependence(unittest.TestCase):
             self.assertEqual(t8.generated(b).tolist(), out8[b, -MAX_NEW:].tolist())
         self.check_batch(t8, mask8)
         self.check_rows(t1, t8, s1, s8, len(layers), mask8)
+        if hasattr(layers[0].self_attn, "q_norm"):
+            self.check_head_rows(t1, s1, len(layers))
         if moe:
             self.check_routing(t8, s8, mask8)
 
@@ -247,6 +255,22 @@ class BatchDependence(unittest.TestCase):
         self.assertEqual(later.kind.tolist(), [1] * B)  # decode
         self.assertEqual(later.start.tolist(), mask.sum(dim=1).tolist())
         self.assertEqual(t.requests.where(id=ROW).prompt[0].tolist(), TARGET)
+
+    def check_head_rows(self, t, saved, n_layers):
+        """Qwen3's q/k norm sites: one row per token holding all its heads, l2 as computed
+        from transformers' [B, T, heads, head_dim] output, at every step."""
+        for li in range(n_layers):
+            for kind in ("q_norm", "k_norm"):
+                site = "L%d.attn.%s" % (li, kind)
+                f = t.fingerprints.where(site=site)
+                for step in range(MAX_NEW):
+                    x = saved.out[site][step]
+                    x = x.reshape(-1, x.shape[-1])
+                    a = f.where(step=step)
+                    self.assertEqual(len(a), x.shape[0], "%s step %d" % (site, step))
+                    for k in range(len(a)):
+                        want = float(np.float32(np.sqrt(np.sum(x[k].double().numpy() ** 2))))
+                        self.assertAlmostEqual(float(a.l2[k]), want, delta=1e-6 * max(1.0, want))
 
     def check_rows(self, t1, t8, s1, s8, n_layers, mask8):
         """Per layer output row: l2 as computed from the tensor, and hash equal between the
@@ -306,6 +330,12 @@ class BatchDependence(unittest.TestCase):
 
     def test_qwen2moe_bf16(self):
         self.check_case("tiny-qwen2moe", "bf16")
+
+    def test_qwen3_f32(self):
+        self.check_case("tiny-qwen3", "f32")
+
+    def test_qwen3moe_f32(self):
+        self.check_case("tiny-qwen3moe", "f32")
 
 
 class HookBehaviour(unittest.TestCase):

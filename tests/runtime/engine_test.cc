@@ -53,7 +53,9 @@ void expect_same_logits(const MemoryTrace& a, const MemoryTrace& b) {
 class EngineModels : public ::testing::TestWithParam<std::string> {
  protected:
   const LoadedModel& model() {
-    return GetParam() == "qwen2-moe" ? testing::synthetic_qwen2_moe() : builtin(GetParam());
+    if (GetParam() == "qwen2-moe") return testing::synthetic_qwen2_moe();
+    if (GetParam() == "qwen3-moe") return testing::synthetic_qwen3_moe();
+    return builtin(GetParam());
   }
 };
 
@@ -177,12 +179,40 @@ TEST_P(EngineModels, RequestAloneReplayIsBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineModels,
-                         ::testing::Values("tiny-dense", "tiny-moe", "qwen2-moe"),
+                         ::testing::Values("tiny-dense", "tiny-moe", "qwen2-moe", "qwen3-moe"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) c = c == '-' ? '_' : c;
                            return s;
                          });
+
+// Qwen3's q/k norm is planned over rows x heads rows of head_dim: production splits each
+// head's sum of squares at small batch (head_dim 64: two chunks while rows x heads < 132 SMs)
+// and not at a large prefill; invariant never does.
+TEST(EngineQkNorm, PlanFollowsRowsTimesHeads) {
+  const LoadedModel& m = testing::synthetic_qwen3_moe();
+  RequestSpec r;
+  r.id = 0;
+  for (int32_t i = 0; i < 40; ++i) r.prompt.push_back(1 + (i * 37) % 250);
+  r.max_tokens = 3;
+  r.stop_at_eos = false;
+  EngineConfig cfg;
+  cfg.scheduler.prefill_chunk = 0;  // the whole prompt in one step: 40 x 4 = 160 norm rows
+  for (bool prod : {true, false}) {
+    EngineRun run = testing::run_requests(
+        m, cfg, prod ? testing::production(false) : testing::invariant(), {r});
+    const int64_t last = run.trace->steps().back().step;
+    for (const char* name : {"L0.attn.q_norm", "L2.attn.k_norm"}) {
+      const SiteId site = *parse_site(name);
+      const Plan* prefill = run.trace->plans().find(0, site);
+      const Plan* decode = run.trace->plans().find(last, site);
+      ASSERT_TRUE(prefill && decode) << name;
+      EXPECT_EQ(prefill->op, OpKind::kRmsNorm);
+      EXPECT_EQ(prefill->splits, 1u) << name;
+      EXPECT_EQ(decode->splits, prod ? 2u : 1u) << name << (prod ? " production" : " invariant");
+    }
+  }
+}
 
 // ---- atomics ------------------------------------------------------------------------------
 

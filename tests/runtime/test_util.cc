@@ -96,8 +96,11 @@ struct Gen {
 
 }  // namespace
 
-const LoadedModel& synthetic_qwen2_moe() {
-  static const LoadedModel* model = [] {
+namespace {
+
+// Qwen2-MoE-shaped, or (qwen3) Qwen3-MoE-shaped: q/k norms, head_dim 64 (wider than hidden
+// / heads), 8 experts top-3 renormalized, no shared expert, no biases, layer 1 dense.
+LoadedModel* make_synthetic_moe(bool qwen3) {
     auto* m = new LoadedModel;
     ModelConfig& c = m->config;
     c.arch = Arch::kQwen2Moe;
@@ -121,6 +124,23 @@ const LoadedModel& synthetic_qwen2_moe() {
     c.attention_bias = true;
     m->identity = "test:qwen2-moe";
     m->source = "test:qwen2-moe";
+    if (qwen3) {
+      c.arch = Arch::kQwen3Moe;
+      c.layers = 3;
+      c.head_dim = 64;
+      c.experts = 8;
+      c.top_k = 3;
+      c.moe_ffn = 16;
+      c.shared_ffn = 0;
+      c.shared_expert_gate = false;
+      c.norm_topk_prob = true;
+      c.decoder_sparse_step = 1;
+      c.mlp_only_layers = {1};
+      c.attention_bias = false;
+      c.qk_norm = true;
+      m->identity = "test:qwen3-moe";
+      m->source = "test:qwen3-moe";
+    }
     Gen g{1234};
     auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale) {
       HostTensor t;
@@ -151,9 +171,15 @@ const LoadedModel& synthetic_qwen2_moe() {
       add(p + "self_attn.k_proj.weight", {c.kv_heads * D, H}, s);
       add(p + "self_attn.v_proj.weight", {c.kv_heads * D, H}, s);
       add(p + "self_attn.o_proj.weight", {H, c.heads * D}, s);
-      add(p + "self_attn.q_proj.bias", {c.heads * D}, 0.1f);
-      add(p + "self_attn.k_proj.bias", {c.kv_heads * D}, 0.1f);
-      add(p + "self_attn.v_proj.bias", {c.kv_heads * D}, 0.1f);
+      if (c.attention_bias) {
+        add(p + "self_attn.q_proj.bias", {c.heads * D}, 0.1f);
+        add(p + "self_attn.k_proj.bias", {c.kv_heads * D}, 0.1f);
+        add(p + "self_attn.v_proj.bias", {c.kv_heads * D}, 0.1f);
+      }
+      if (c.qk_norm) {
+        ones(p + "self_attn.q_norm.weight", D);
+        ones(p + "self_attn.k_norm.weight", D);
+      }
       if (!c.is_moe_layer(l)) {
         add(p + "mlp.gate_proj.weight", {c.ffn, H}, s);
         add(p + "mlp.up_proj.weight", {c.ffn, H}, s);
@@ -167,13 +193,24 @@ const LoadedModel& synthetic_qwen2_moe() {
         add(q + "up_proj.weight", {c.moe_ffn, H}, s);
         add(q + "down_proj.weight", {H, c.moe_ffn}, s);
       }
+      if (c.shared_ffn == 0) continue;
       add(p + "mlp.shared_expert.gate_proj.weight", {c.shared_ffn, H}, s);
       add(p + "mlp.shared_expert.up_proj.weight", {c.shared_ffn, H}, s);
       add(p + "mlp.shared_expert.down_proj.weight", {H, c.shared_ffn}, s);
       add(p + "mlp.shared_expert_gate.weight", {1, H}, s);
     }
     return m;
-  }();
+}
+
+}  // namespace
+
+const LoadedModel& synthetic_qwen2_moe() {
+  static const LoadedModel* model = make_synthetic_moe(false);
+  return *model;
+}
+
+const LoadedModel& synthetic_qwen3_moe() {
+  static const LoadedModel* model = make_synthetic_moe(true);
   return *model;
 }
 

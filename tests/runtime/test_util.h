@@ -51,5 +51,8 @@ std::shared_ptr<Policy> invariant();
 // A Qwen2-MoE-shaped model (attention biases, shared expert with sigmoid gate, a dense layer
 // via decoder_sparse_step 2) with weights from a fixed seed.
 const LoadedModel& synthetic_qwen2_moe();
+// A Qwen3-MoE-shaped model (per-head q/k norms over head_dim 64, 8 experts top-3
+// renormalized, no shared expert, layer 1 dense via mlp_only_layers), weights from a seed.
+const LoadedModel& synthetic_qwen3_moe();
 
 }  // namespace llmrr::testing

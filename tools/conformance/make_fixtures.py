@@ -26,7 +26,8 @@ from safetensors.numpy import save_file
 
 import transformers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
-                          MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 torch.use_deterministic_algorithms(True)
 transformers.logging.set_verbosity_error()
@@ -100,6 +101,7 @@ def init_weights(model, seed):
             shape = p.shape
             z = torch.randn(shape, generator=g, dtype=torch.float32)
             if name.endswith("norm.weight") or "layernorm" in name:
+                # (also Qwen3's per-head self_attn.q_norm / k_norm)
                 v = 1.0 + 0.1 * z
             elif "embed_tokens" in name:
                 v = z
@@ -172,17 +174,59 @@ def run_prompts(model, prompts, out_dir, tag, keep_last=None):
 MIN_ROUTER_MARGIN = 1e-3
 
 
-def decisive(make, seed):
+def decisive(make, seed, greedy=False, margin=None):
     """The first seed from `seed` on whose routing has no near-tie on the fixture prompts
     (top-k boundary gap >= MIN_ROUTER_MARGIN in probability), so that an engine within fp32
-    rounding of transformers picks the same experts."""
+    rounding of transformers picks the same experts. With `greedy`, also on the greedy
+    continuation of GREEDY_PROMPT, whose every step must have a top-1 / top-2 logit gap of at
+    least MIN_ROUTER_MARGIN too. `margin` overrides MIN_ROUTER_MARGIN for the routers (many
+    experts leave smaller gaps between the k-th and k+1-th probability)."""
+    margin = MIN_ROUTER_MARGIN if margin is None else margin
     for s in range(seed, seed + 100):
         torch.manual_seed(0)
         m = make()
         init_weights(m, s)
-        if min(router_margin(m, ids) for ids in TINY_PROMPTS.values()) >= MIN_ROUTER_MARGIN:
+        seqs = list(TINY_PROMPTS.values())
+        if greedy:
+            seq, gap = greedy_run(m, TINY_PROMPTS[GREEDY_PROMPT], GREEDY_STEPS)
+            if gap < MIN_ROUTER_MARGIN:
+                continue
+            seqs.append(seq)
+        if m.config.model_type in ("llama", "qwen3"):
+            return m
+        if min(router_margin(m, ids) for ids in seqs) >= margin:
             return m
     raise RuntimeError("no seed with decisive routing")
+
+
+GREEDY_PROMPT = "p7"
+GREEDY_STEPS = 16
+
+
+def greedy_run(model, ids, steps):
+    """Greedy decoding by full forward passes: the sequence (prompt + `steps` tokens) and the
+    smallest top-1 / top-2 logit gap over the steps."""
+    seq = list(ids)
+    gap = float("inf")
+    for _ in range(steps):
+        last = logits_of(model, seq)[-1]
+        top = np.sort(last)[-2:]
+        gap = min(gap, float(top[1] - top[0]))
+        seq.append(int(np.argmax(last)))
+    return seq, gap
+
+
+def greedy_entry(model, out_dir, tag):
+    """transformers' greedy continuation of GREEDY_PROMPT (GREEDY_STEPS tokens) and the logits
+    of every position of prompt + continuation: the rows each decode step samples from."""
+    ids = TINY_PROMPTS[GREEDY_PROMPT]
+    seq, gap = greedy_run(model, ids, GREEDY_STEPS)
+    ref = logits_of(model, seq)
+    fname = f"{tag}.{GREEDY_PROMPT}-greedy{GREEDY_STEPS}.logits.npy"
+    save_npy(os.path.join(out_dir, fname), ref)
+    return {"prompt": GREEDY_PROMPT, "ids": seq, "generated": seq[len(ids):], "logits": fname,
+            "shape": list(ref.shape), "first_position": 0,
+            "logit_range": float(ref.max() - ref.min()), "min_top1_gap": gap}
 
 
 def tiny_llama():
@@ -219,6 +263,34 @@ def tiny_qwen2moe():
                        bos_token_id=1, eos_token_id=2, attn_implementation="eager",
                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     return decisive(lambda: Qwen2MoeForCausalLM(c).eval(), 303)
+
+
+def tiny_qwen3():
+    # head_dim 32 while hidden / heads is 16: q/k/v widths follow head_dim, not hidden.
+    c = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                    max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                    attention_bias=False, use_sliding_window=False, bos_token_id=1,
+                    eos_token_id=2, attn_implementation="eager",
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    return decisive(lambda: Qwen3ForCausalLM(c).eval(), 404, greedy=True)
+
+
+def tiny_qwen3moe():
+    # Three layers: MoE, dense (mlp_only_layers), MoE; 16 experts, top-4, norm_topk_prob true
+    # (Qwen3-30B-A3B's setting; the config's default is false), no shared expert. With 16
+    # experts the 4th / 5th probabilities are close more often: the routing margin asked is
+    # 2e-4 (still ~1000x the fp32 error of a router probability), and the search starts at
+    # the first seed that has it (seeds 505-528 do not).
+    c = Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
+                       num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=16, num_experts=16, num_experts_per_tok=4,
+                       moe_intermediate_size=16, norm_topk_prob=True, decoder_sparse_step=1,
+                       mlp_only_layers=[1], max_position_embeddings=256, rms_norm_eps=1e-6,
+                       tie_word_embeddings=False, attention_bias=False, use_sliding_window=False,
+                       bos_token_id=1, eos_token_id=2, attn_implementation="eager",
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    return decisive(lambda: Qwen3MoeForCausalLM(c).eval(), 529, greedy=True, margin=2e-4)
 
 
 def save_hf(model, out_dir, name):
@@ -282,6 +354,65 @@ def write_llama_gguf(model, path, qtype):
         put(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"])
     put("output_norm.weight", sd["model.norm.weight"])
     put("output.weight", sd["lm_head.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_qwen3_gguf(model, path):
+    """qwen3 / qwen3moe as llama.cpp's Qwen3Model / Qwen3MoeModel converters write them: no
+    Q/K permutation (NEOX RoPE), attn_{q,k}_norm, stacked experts; all F32."""
+    c = model.config
+    moe = c.model_type == "qwen3_moe"
+    sd = {k: v for k, v in canonical_state(model).items()}
+    w = gguf.GGUFWriter(path, "qwen3moe" if moe else "qwen3")
+    w.add_name("tiny-" + c.model_type.replace("_", ""))
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(c.head_dim)
+    w.add_value_length(c.head_dim)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_vocab_size(c.vocab_size)
+    if moe:
+        w.add_expert_count(c.num_experts)
+        w.add_expert_used_count(c.num_experts_per_tok)
+        w.add_expert_feed_forward_length(c.moe_intermediate_size)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    def put(name, arr):
+        w.add_tensor(name, np.ascontiguousarray(arr.astype(np.float32)))
+
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        put(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
+        put(f"blk.{i}.attn_q.weight", sd[p + "self_attn.q_proj.weight"])
+        put(f"blk.{i}.attn_k.weight", sd[p + "self_attn.k_proj.weight"])
+        put(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        put(f"blk.{i}.attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
+        put(f"blk.{i}.attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
+        put(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        put(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        if p + "mlp.gate.weight" in sd:
+            put(f"blk.{i}.ffn_gate_inp.weight", sd[p + "mlp.gate.weight"])
+            for src, dst in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"),
+                             ("down_proj", "ffn_down_exps")):
+                put(f"blk.{i}.{dst}.weight",
+                    np.stack([sd[f"{p}mlp.experts.{e}.{src}.weight"]
+                              for e in range(c.num_experts)]))
+        else:
+            put(f"blk.{i}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+            put(f"blk.{i}.ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+            put(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+    put("output_norm.weight", sd["model.norm.weight"])
+    if "lm_head.weight" in sd:
+        put("output.weight", sd["lm_head.weight"])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -535,7 +666,8 @@ def main():
                 "models": {}}
 
     for name, build in (("tiny-llama", tiny_llama), ("tiny-mixtral", tiny_mixtral),
-                        ("tiny-qwen2moe", tiny_qwen2moe)):
+                        ("tiny-qwen2moe", tiny_qwen2moe), ("tiny-qwen3", tiny_qwen3),
+                        ("tiny-qwen3moe", tiny_qwen3moe)):
         m = build()
         save_hf(m, out, name)
         # Reload what was written, so the reference is computed from the files we ship.
@@ -544,10 +676,29 @@ def main():
         prompts, spread = run_prompts(m, TINY_PROMPTS, ref, name)
         entry = {"path": name, "format": "safetensors", "prompts": prompts,
                  "tensors": tensor_table(canonical_state(m)), "rerun_max_abs_diff": spread}
-        if m.config.model_type != "llama":
+        if m.config.model_type not in ("llama", "qwen3"):
             entry["min_router_margin"] = min(router_margin(m, ids) for ids in TINY_PROMPTS.values())
         manifest["models"][name] = entry
         print(name, "spread", spread, "margin", entry.get("min_router_margin"), file=sys.stderr)
+
+        if name.startswith("tiny-qwen3"):
+            entry["greedy"] = greedy_entry(m, ref, name)
+            # The same checkpoint as GGUF. Its reference is the safetensors model's logits
+            # (F32: the same bits); `transformers_gguf` says whether transformers could load
+            # the file itself, and if so how far its logits are from those.
+            gpath = os.path.join(out, f"{name}-f32.gguf")
+            write_qwen3_gguf(m, gpath)
+            gentry = {"path": f"{name}-f32.gguf", "format": "gguf", "prompts": prompts,
+                      "tensors": entry["tensors"], "rerun_max_abs_diff": spread,
+                      "greedy": entry["greedy"]}
+            try:
+                g = load_gguf_model(gpath)
+                gentry["transformers_gguf"] = max(
+                    float(np.abs(logits_of(g, ids) - logits_of(m, ids)).max())
+                    for ids in TINY_PROMPTS.values())
+            except Exception as e:  # noqa: BLE001 - recorded, not fatal
+                gentry["transformers_gguf"] = f"not loadable: {type(e).__name__}"
+            manifest["models"][f"{name}-f32.gguf"] = gentry
 
         if name == "tiny-llama":
             # bf16 checkpoint of the same weights, and transformers' bf16 logits.

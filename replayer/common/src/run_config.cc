@@ -58,9 +58,7 @@ void fill_run_header(trace::RunHeader* h, const LoadedModel& model, const Engine
   const ModelConfig& mc = model.config;
   h->model.name = model.identity;
   h->model.path = model.source;
-  h->model.architecture = mc.arch == Arch::kLlama     ? "llama"
-                          : mc.arch == Arch::kMixtral ? "mixtral"
-                                                      : "qwen2_moe";
+  h->model.architecture = arch_name(mc.arch);
   h->model.weight_hash = weight_hash_text(model.weight_hash);
   kernels::WeightType wt = config.weight_type.value_or(mc.weight_type);
   bool bf16 = config.bf16_activations.value_or(mc.bf16_activations);

@@ -266,7 +266,8 @@ void Explainer::causes(const trace::StepRecord& sa, const trace::StepRecord& sb,
     if (p.is_first_site) own = &p;
     if (!any && !p.output_checked_equal) any = &p;
   }
-  const bool after_router = !first || first->kind > SiteKind::kRouter || is_layer_output(*first);
+  const bool after_router = !first || SiteId{SiteKind::kRouter, first->layer, -1} < *first ||
+                            is_layer_output(*first);
   if (d->routing && d->routing->row_differs && after_router) {
     d->cause = "routing";
   } else if (own) {

@@ -71,6 +71,7 @@ class PinnedBuffer {
 
 struct DeviceLayer {
   DeviceBuffer attn_norm, mlp_norm, q_bias, k_bias, v_bias;
+  DeviceBuffer q_norm, k_norm;  // Qwen3 (empty otherwise)
   DeviceWeight q, k, v, o, gate, up, down;
 };
 
@@ -192,6 +193,20 @@ class CudaForward final : public DeviceForward {
     return emit(mask, site, y, H, rows, H, map);
   }
 
+  // Qwen3's q/k norm: the exact RMSNorm kernel over rows × heads rows of head_dim, in place
+  // (the CPU's head_norm_site; same plan query).
+  Status head_norm_site(SiteId site, float* x, int64_t rows, int32_t heads,
+                        const DeviceBuffer& weight, const int32_t* map) {
+    const int64_t D = w_.cfg.head_dim, width = heads * D;
+    const uint64_t mask = ask(site);
+    ASSIGN_OR_RETURN(Plan p, get_plan(norm_plan_query(*b_, site, b_->full_rows * heads, D)));
+    RETURN_IF_ERROR(kc::rmsnorm(x, D, rows * heads, D, weight.as<float>(), w_.cfg.norm_eps, x, D,
+                                p, stream_));
+    if (w_.cfg.bf16_activations)
+      RETURN_IF_ERROR(cuda_engine::round_bf16(x, width, rows, width, stream_));
+    return emit(mask, site, x, width, rows, width, map);
+  }
+
   Status residual(float* x, const float* d, int64_t rows) {
     const int64_t H = w_.cfg.hidden;
     RETURN_IF_ERROR(cuda_engine::add_inplace(x, d, rows * H, stream_));
@@ -287,6 +302,8 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const EngineWeights& w,
     RETURN_IF_ERROR(f->upload_buffer(D.q_bias, L.q_bias));
     RETURN_IF_ERROR(f->upload_buffer(D.k_bias, L.k_bias));
     RETURN_IF_ERROR(f->upload_buffer(D.v_bias, L.v_bias));
+    RETURN_IF_ERROR(f->upload_buffer(D.q_norm, L.q_norm));
+    RETURN_IF_ERROR(f->upload_buffer(D.k_norm, L.k_norm));
     ASSIGN_OR_RETURN(D.q, DeviceWeight::upload(L.q, s));
     ASSIGN_OR_RETURN(D.k, DeviceWeight::upload(L.k, s));
     ASSIGN_OR_RETURN(D.v, DeviceWeight::upload(L.v, s));
@@ -330,6 +347,10 @@ Status CudaForward::attention_layer(int32_t l) {
       gemm_site(site(SiteKind::kK), h, c.hidden, R, b.full_rows, L.k, k, kvd, &L.k_bias, map));
   RETURN_IF_ERROR(
       gemm_site(site(SiteKind::kV), h, c.hidden, R, b.full_rows, L.v, v, kvd, &L.v_bias, map));
+  if (c.qk_norm) {
+    RETURN_IF_ERROR(head_norm_site(site(SiteKind::kQNorm), q, R, c.heads, L.q_norm, map));
+    RETURN_IF_ERROR(head_norm_site(site(SiteKind::kKNorm), k, R, c.kv_heads, L.k_norm, map));
+  }
   const int32_t* pos = positions_d_.as<int32_t>();
   RETURN_IF_ERROR(kc::rope(q, qd, R, pos, c.heads, *rope_, stream_));
   RETURN_IF_ERROR(kc::rope(k, kvd, R, pos, c.kv_heads, *rope_, stream_));

@@ -7,7 +7,9 @@
 //       w.reshape(n_head, rows / n_head / 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
 //     with n_head = heads for Q and kv_heads for K;
 //   - stacked experts (ffn_{gate,up,down}_exps, ne = [in, out, E]) split into one tensor per
-//     expert; qwen2moe's ffn_gate_inp_shexp ([H]) becomes shared_expert_gate.weight [1, H].
+//     expert; qwen2moe's ffn_gate_inp_shexp ([H]) becomes shared_expert_gate.weight [1, H];
+//   - qwen3 / qwen3moe: attn_{q,k}_norm are self_attn.{q,k}_norm; Q/K are not permuted
+//     (llama.cpp runs them with NEOX RoPE, HF's rotate_half layout).
 #include <algorithm>
 #include <functional>
 #include <regex>
@@ -44,7 +46,11 @@ bool has_tensor(const GgufFile& f, const std::string& name) {
 Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name) {
   ModelConfig c;
   const std::string a = arch_name + ".";
-  c.arch = arch_name == "qwen2moe" ? Arch::kQwen2Moe : Arch::kLlama;
+  c.arch = arch_name == "qwen2moe"   ? Arch::kQwen2Moe
+           : arch_name == "qwen3"    ? Arch::kQwen3
+           : arch_name == "qwen3moe" ? Arch::kQwen3Moe
+                                     : Arch::kLlama;
+  c.qk_norm = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe;
   RETURN_IF_ERROR(opt_int(f, a + "embedding_length", &c.hidden, true));
   RETURN_IF_ERROR(opt_int(f, a + "block_count", &c.layers, true));
   RETURN_IF_ERROR(opt_int(f, a + "attention.head_count", &c.heads, true));
@@ -77,7 +83,8 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
     ASSIGN_OR_RETURN(std::string type, f.get_string(a + "rope.scaling.type"));
     if (type != "none")
       return make_error(ErrorCode::kUnsupported,
-                        f.path() + ": RoPE scaling " + type + " is not supported");
+                        f.path() + ": metadata " + a + "rope.scaling.type = " + type +
+                            " is not supported (only none)");
   }
   if (f.find(a + "attention.layer_norm_rms_epsilon")) {
     ASSIGN_OR_RETURN(double eps, f.get_float(a + "attention.layer_norm_rms_epsilon"));
@@ -100,6 +107,10 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
 
   int32_t experts = 0;
   RETURN_IF_ERROR(opt_int(f, a + "expert_count", &experts, false));
+  if (experts > 0 && c.arch == Arch::kQwen3)
+    return make_error(ErrorCode::kUnsupported,
+                      f.path() + ": " + a + "expert_count on architecture " + arch_name +
+                          " (experts only for llama, qwen2moe, qwen3moe)");
   if (experts > 0) {
     c.experts = experts;
     RETURN_IF_ERROR(opt_int(f, a + "expert_used_count", &c.top_k, true));
@@ -109,22 +120,33 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
       c.moe_ffn = c.ffn;
       c.ffn = 0;
       c.norm_topk_prob = true;
-    } else {
+    } else {  // qwen2moe, qwen3moe
       RETURN_IF_ERROR(opt_int(f, a + "expert_feed_forward_length", &c.moe_ffn, true));
-      RETURN_IF_ERROR(opt_int(f, a + "expert_shared_feed_forward_length", &c.shared_ffn, false));
+      if (c.arch == Arch::kQwen2Moe)
+        RETURN_IF_ERROR(
+            opt_int(f, a + "expert_shared_feed_forward_length", &c.shared_ffn, false));
       c.shared_expert_gate = c.shared_ffn > 0;
-      c.norm_topk_prob = false;  // Qwen2MoeConfig's default; GGUF does not say
+      // GGUF does not say unless expert_weights_norm is present: Qwen2MoeConfig's default
+      // (false); llama.cpp's qwen3moe graph always renormalizes (Qwen3-MoE checkpoints set
+      // norm_topk_prob true).
+      c.norm_topk_prob = c.arch == Arch::kQwen3Moe;
       if (f.find(a + "expert_weights_norm")) {
         ASSIGN_OR_RETURN(c.norm_topk_prob, f.get_bool(a + "expert_weights_norm"));
       }
+      // GGUF has no mlp_only_layers / decoder_sparse_step: a layer without a router
+      // (blk.N.ffn_gate_inp) is a dense one.
+      for (int32_t l = 0; l < c.layers; ++l)
+        if (!has_tensor(f, "blk." + std::to_string(l) + ".ffn_gate_inp.weight"))
+          c.mlp_only_layers.push_back(l);
     }
-  } else if (c.arch == Arch::kQwen2Moe) {
-    return make_error(ErrorCode::kBadModel, f.path() + ": qwen2moe without expert_count");
+  } else if (c.arch == Arch::kQwen2Moe || c.arch == Arch::kQwen3Moe) {
+    return make_error(ErrorCode::kBadModel,
+                      f.path() + ": " + arch_name + " without " + a + "expert_count");
   }
   c.attention_bias = has_tensor(f, "blk.0.attn_q.bias");
-  if (c.arch == Arch::kLlama && c.attention_bias)
+  if ((c.arch == Arch::kLlama || c.qk_norm) && c.attention_bias)
     return make_error(ErrorCode::kUnsupported,
-                      f.path() + ": llama with attention biases is not supported");
+                      f.path() + ": " + arch_name + " with attention biases is not supported");
   RETURN_IF_ERROR(loaders::check_config(c, f.path()));
   return c;
 }
@@ -175,6 +197,8 @@ bool map_name(const ModelConfig& c, const std::string& name, Mapped* m) {
       {"attn_q.bias", "self_attn.q_proj.bias"},
       {"attn_k.bias", "self_attn.k_proj.bias"},
       {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"},
@@ -306,10 +330,11 @@ std::shared_ptr<const StoredTensor> stored_rows(const GgufTensorInfo& t, const u
 Result<LoadedModel> load_gguf(const std::string& path, const ModelLoadOptions& options) {
   ASSIGN_OR_RETURN(GgufFile f, GgufFile::open(path));
   ASSIGN_OR_RETURN(std::string arch_name, f.get_string("general.architecture"));
-  if (arch_name != "llama" && arch_name != "qwen2moe")
+  if (arch_name != "llama" && arch_name != "qwen2moe" && arch_name != "qwen3" &&
+      arch_name != "qwen3moe")
     return make_error(ErrorCode::kUnsupported,
                       path + ": general.architecture " + arch_name +
-                          " is not supported (llama, qwen2moe)");
+                          " is not supported (llama, qwen2moe, qwen3, qwen3moe)");
   ASSIGN_OR_RETURN(ModelConfig config, gguf_config(f, arch_name));
 
   LoadedModel model;

@@ -26,6 +26,10 @@ std::map<std::string, std::vector<int64_t>> expected_tensors(const ModelConfig& 
       t[p + "self_attn.k_proj.bias"] = {kv};
       t[p + "self_attn.v_proj.bias"] = {kv};
     }
+    if (c.qk_norm) {
+      t[p + "self_attn.q_norm.weight"] = {c.head_dim};
+      t[p + "self_attn.k_norm.weight"] = {c.head_dim};
+    }
     const int64_t e = c.experts, i = c.moe_ffn, f = c.ffn, s = c.shared_ffn;
     if (!c.is_moe_layer(l)) {
       t[p + "mlp.gate_proj.weight"] = {f, h};

@@ -238,13 +238,20 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
   } else if (arch_name == "Qwen2MoeForCausalLM" ||
              (arch_name.empty() && model_type == "qwen2_moe")) {
     c.arch = Arch::kQwen2Moe;
+  } else if (arch_name == "Qwen3ForCausalLM" || (arch_name.empty() && model_type == "qwen3")) {
+    c.arch = Arch::kQwen3;
+  } else if (arch_name == "Qwen3MoeForCausalLM" ||
+             (arch_name.empty() && model_type == "qwen3_moe")) {
+    c.arch = Arch::kQwen3Moe;
   } else {
     return make_error(ErrorCode::kUnsupported,
                       where + ": architecture " +
                           (arch_name.empty() ? "(model_type " + model_type + ")" : arch_name) +
                           " is not supported (LlamaForCausalLM, MixtralForCausalLM, "
-                          "Qwen2MoeForCausalLM)");
+                          "Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
   }
+  const bool qwen3 = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe;
+  c.qk_norm = qwen3;
   ConfigReader r(j, where);
   RETURN_IF_ERROR(r.int_field("vocab_size", &c.vocab, true));
   RETURN_IF_ERROR(r.int_field("hidden_size", &c.hidden, true));
@@ -254,7 +261,8 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
   RETURN_IF_ERROR(r.int_field("num_key_value_heads", &c.kv_heads, false));
   c.head_dim = c.heads > 0 ? c.hidden / c.heads : 0;
   RETURN_IF_ERROR(r.int_field("head_dim", &c.head_dim, false));
-  RETURN_IF_ERROR(r.int_field("intermediate_size", &c.ffn, c.arch != Arch::kMixtral));
+  RETURN_IF_ERROR(r.int_field("intermediate_size", &c.ffn,
+                              c.arch != Arch::kMixtral && c.arch != Arch::kQwen3Moe));
   // transformers ≥ 5 nests rope_theta in rope_parameters; older configs have it on top.
   c.rope_theta = 10000.0;
   RETURN_IF_ERROR(r.num_field("rope_theta", &c.rope_theta, false));
@@ -263,12 +271,13 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
     const json& rp = j[key];
     if (!rp.is_object())
       return make_error(ErrorCode::kBadModel, where + ": " + key + " must be an object");
-    std::string type = "default";
+    std::string type = "default", type_key = "rope_type";
     for (const char* tk : {"rope_type", "type"})
-      if (rp.contains(tk) && rp[tk].is_string()) type = rp[tk].get<std::string>();
+      if (rp.contains(tk) && rp[tk].is_string()) type = rp[tk].get<std::string>(), type_key = tk;
     if (type != "default")
       return make_error(ErrorCode::kUnsupported,
-                        where + ": RoPE scaling type " + type + " is not supported");
+                        where + ": " + key + "." + type_key + " " + type +
+                            " is not supported (only \"default\")");
     if (rp.contains("rope_theta")) {
       ConfigReader rr(rp, where + " " + key);
       RETURN_IF_ERROR(rr.num_field("rope_theta", &c.rope_theta, false));
@@ -288,9 +297,21 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
                       where + ": hidden_act " + safeio::dump_short(j["hidden_act"]) + " (only silu)");
   if (r.truthy("mlp_bias"))
     return make_error(ErrorCode::kUnsupported, where + ": mlp_bias is not supported");
-  if (c.arch == Arch::kLlama && r.truthy("attention_bias"))
+  if ((c.arch == Arch::kLlama || qwen3) && r.truthy("attention_bias"))
     return make_error(ErrorCode::kUnsupported,
-                      where + ": attention_bias is not supported for Llama");
+                      where + ": attention_bias is not supported for " + llmrr::arch_name(c.arch));
+  // Qwen3 configs may mark layers as sliding-window attention (layer_types or
+  // use_sliding_window); only full attention is implemented.
+  if (qwen3 && r.truthy("use_sliding_window"))
+    return make_error(ErrorCode::kUnsupported,
+                      where + ": use_sliding_window is not supported for " + llmrr::arch_name(c.arch) +
+                          " (only full attention)");
+  if (j.contains("layer_types") && j["layer_types"].is_array())
+    for (const json& t : j["layer_types"])
+      if (!t.is_string() || t.get<std::string>() != "full_attention")
+        return make_error(ErrorCode::kUnsupported,
+                          where + ": layer_types entry " + t.dump() +
+                              " is not supported (only \"full_attention\")");
   // A sliding window changes nothing while sequences fit inside it: cap the positions there
   // rather than compute something else past it.
   if (c.arch == Arch::kMixtral ||
@@ -307,13 +328,21 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
     c.moe_ffn = c.ffn;
     c.ffn = 0;
     c.norm_topk_prob = true;
-  } else if (c.arch == Arch::kQwen2Moe) {
-    RETURN_IF_ERROR(r.int_field("num_experts", &c.experts, true));
+  } else if (c.arch == Arch::kQwen2Moe || c.arch == Arch::kQwen3Moe) {
+    const bool q3 = c.arch == Arch::kQwen3Moe;
+    // Hub configs say num_experts; transformers 5 saves Qwen3-MoE's as num_local_experts.
+    const bool local = q3 && !j.contains("num_experts") && j.contains("num_local_experts");
+    RETURN_IF_ERROR(r.int_field(local ? "num_local_experts" : "num_experts", &c.experts, true));
     RETURN_IF_ERROR(r.int_field("num_experts_per_tok", &c.top_k, true));
     RETURN_IF_ERROR(r.int_field("moe_intermediate_size", &c.moe_ffn, true));
-    RETURN_IF_ERROR(r.int_field("shared_expert_intermediate_size", &c.shared_ffn, false));
+    if (!q3) {
+      RETURN_IF_ERROR(r.int_field("shared_expert_intermediate_size", &c.shared_ffn, false));
+    } else if (r.truthy("shared_expert_intermediate_size")) {
+      return make_error(ErrorCode::kUnsupported,
+                        where + ": shared_expert_intermediate_size is not part of Qwen3-MoE");
+    }
     c.shared_expert_gate = c.shared_ffn > 0;
-    c.norm_topk_prob = false;  // Qwen2MoeConfig's default
+    c.norm_topk_prob = false;  // Qwen2MoeConfig's and Qwen3MoeConfig's default
     RETURN_IF_ERROR(r.bool_field("norm_topk_prob", &c.norm_topk_prob));
     RETURN_IF_ERROR(r.int_field("decoder_sparse_step", &c.decoder_sparse_step, false));
     if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
@@ -326,8 +355,10 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
         c.mlp_only_layers.push_back(static_cast<int32_t>(x.get<int64_t>()));
       }
     }
-    c.attention_bias = true;  // Qwen2MoeConfig.qkv_bias defaults to true
-    RETURN_IF_ERROR(r.bool_field("qkv_bias", &c.attention_bias));
+    if (!q3) {
+      c.attention_bias = true;  // Qwen2MoeConfig.qkv_bias defaults to true
+      RETURN_IF_ERROR(r.bool_field("qkv_bias", &c.attention_bias));
+    }
     if (c.experts == 0) c.decoder_sparse_step = 1;
   }
   if (c.experts == 0) c.top_k = 0;
@@ -493,13 +524,13 @@ namespace {
 
 json config_json(const ModelConfig& c) {
   json j;
-  const char* arch = c.arch == Arch::kLlama     ? "LlamaForCausalLM"
-                     : c.arch == Arch::kMixtral ? "MixtralForCausalLM"
-                                                : "Qwen2MoeForCausalLM";
-  const char* type = c.arch == Arch::kLlama ? "llama" : c.arch == Arch::kMixtral ? "mixtral"
-                                                                                 : "qwen2_moe";
+  const char* arch = c.arch == Arch::kLlama      ? "LlamaForCausalLM"
+                     : c.arch == Arch::kMixtral  ? "MixtralForCausalLM"
+                     : c.arch == Arch::kQwen2Moe ? "Qwen2MoeForCausalLM"
+                     : c.arch == Arch::kQwen3    ? "Qwen3ForCausalLM"
+                                                 : "Qwen3MoeForCausalLM";
   j["architectures"] = {arch};
-  j["model_type"] = type;
+  j["model_type"] = arch_name(c.arch);
   j["vocab_size"] = c.vocab;
   j["hidden_size"] = c.hidden;
   j["num_hidden_layers"] = c.layers;
@@ -515,7 +546,7 @@ json config_json(const ModelConfig& c) {
   if (c.eos >= 0) j["eos_token_id"] = c.eos;
   j["hidden_act"] = "silu";
   j["torch_dtype"] = "float32";
-  if (c.arch == Arch::kLlama) {
+  if (c.arch == Arch::kLlama || c.arch == Arch::kQwen3) {
     j["intermediate_size"] = c.ffn;
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
@@ -529,11 +560,15 @@ json config_json(const ModelConfig& c) {
     j["num_experts"] = c.experts;
     j["num_experts_per_tok"] = c.top_k;
     j["moe_intermediate_size"] = c.moe_ffn;
-    j["shared_expert_intermediate_size"] = c.shared_ffn;
     j["norm_topk_prob"] = c.norm_topk_prob;
     j["decoder_sparse_step"] = c.decoder_sparse_step;
     j["mlp_only_layers"] = c.mlp_only_layers;
-    j["qkv_bias"] = c.attention_bias;
+    if (c.arch == Arch::kQwen2Moe) {
+      j["shared_expert_intermediate_size"] = c.shared_ffn;
+      j["qkv_bias"] = c.attention_bias;
+    } else {
+      j["attention_bias"] = false;
+    }
     j["use_sliding_window"] = false;
   }
   return j;

@@ -19,7 +19,13 @@ enum class Arch : uint8_t {
   kLlama = 0,     // dense: LlamaForCausalLM (also SmolLM2, Qwen2 without biases)
   kMixtral = 1,   // MixtralForCausalLM: softmax router, top-k renormalized
   kQwen2Moe = 2,  // Qwen2MoeForCausalLM: softmax router, optional renorm, shared expert + gate
+  kQwen3 = 3,     // Qwen3ForCausalLM: Llama plus per-head q/k RMSNorm before RoPE
+  kQwen3Moe = 4,  // Qwen3MoeForCausalLM: q/k norm, softmax router, top-k renormalized by
+                  // norm_topk_prob, no shared expert, mlp_only_layers / decoder_sparse_step
 };
+
+// "llama", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe" (HF model_type).
+const char* arch_name(Arch arch);
 
 enum class RouterScoring : uint8_t { kSoftmax = 0, kSigmoid = 1 };
 
@@ -55,10 +61,14 @@ struct ModelConfig {
   // Qwen2-MoE adds biases to q/k/v (HF `model.layers.N.self_attn.{q,k,v}_proj.bias`,
   // shape [out]); o_proj has none. The engine adds them after the projection.
   bool attention_bias = false;
+  // Qwen3 / Qwen3-MoE: RMSNorm over each head's head_dim values of q and of k (weights
+  // `self_attn.{q,k}_norm.weight`, shape [head_dim], one for all heads), after the
+  // projection and before RoPE; ε is norm_eps.
+  bool qk_norm = false;
 
   bool is_moe() const { return experts > 0; }
   // Whether layer `layer` runs the MoE block (else the dense MLP of `ffn`), as HF decides:
-  // Qwen2MoeDecoderLayer uses experts when the layer is not in mlp_only_layers and
+  // Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer use experts when the layer is not in mlp_only_layers and
   // (layer + 1) % decoder_sparse_step == 0.
   bool is_moe_layer(int32_t layer) const {
     if (experts <= 0) return false;
@@ -120,7 +130,8 @@ struct ModelLoadOptions {
 // model.layers.N.block_sparse_moe.{gate.weight [E, H], experts.E.{w1,w3} [I, H] (gate, up),
 // experts.E.w2 [H, I] (down)}; Qwen2-MoE model.layers.N.mlp.{gate.weight [E, H],
 // experts.E.{gate,up,down}_proj.weight, shared_expert.{gate,up,down}_proj.weight,
-// shared_expert_gate.weight [1, H]}.
+// shared_expert_gate.weight [1, H]} (Qwen3-MoE: the same names, no shared expert).
+// Qwen3: model.layers.N.self_attn.{q,k}_norm.weight [head_dim].
 
 // Loads "builtin:<name>", a directory with config.json + *.safetensors, or a .gguf file.
 // Every malformed input is a clear error (file, offset or tensor, expected vs found); no

@@ -9,7 +9,9 @@
 
 namespace llmrr {
 
-// In forward order within a layer. Values are stored in traces: append only.
+// Values are stored in traces: append only. Forward order within a layer is the listed
+// order, except that kinds appended later take their place in it (site.cc's kForwardRank):
+// q_norm and k_norm come after v and before attn.core.
 enum class SiteKind : uint8_t {
   kEmbed = 0,        // "embed"            token embedding rows
   kAttnNorm = 1,     // "L3.attn_norm"     RMSNorm before attention          (plan: kRmsNorm)
@@ -37,7 +39,10 @@ enum class SiteKind : uint8_t {
   kLayerOut = 23,    // "L3.out"           hidden state leaving the layer
   kFinalNorm = 24,   // "final_norm"                                           (plan: kRmsNorm)
   kLogits = 25,      // "logits"           lm_head, sampled rows only          (plan: kGemm)
+  kQNorm = 26,       // "L3.attn.q_norm"   per-head RMSNorm of q, before RoPE (Qwen3)  (plan: kRmsNorm)
+  kKNorm = 27,       // "L3.attn.k_norm"   per-head RMSNorm of k, before RoPE (Qwen3)  (plan: kRmsNorm)
 };
+inline constexpr int kSiteKinds = 28;
 
 struct SiteId {
   SiteKind kind = SiteKind::kEmbed;
