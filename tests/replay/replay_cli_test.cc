@@ -2,6 +2,9 @@
 // and thread overrides, --materialize, the refusal of a wrong model.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "llmrr/format/trace_reader.h"
@@ -145,6 +148,22 @@ TEST(ReplayCli, TracesOfLlmrrRecordReplay) {
   EXPECT_NE(out.find("routing recomputed"), std::string::npos) << out;
 }
 
+// A demo script's output cut at its "== 2.", "== 3." and "== 4." banners (empty when one is
+// missing), and how often "bit-exact" appears in a text.
+std::vector<std::string> demo_parts(const std::string& out) {
+  const size_t p2 = out.find("== 2."), p3 = out.find("== 3."), p4 = out.find("== 4.");
+  if (p2 == std::string::npos || p3 == std::string::npos || p4 == std::string::npos) return {};
+  return {out.substr(0, p2), out.substr(p2, p3 - p2), out.substr(p3, p4 - p3), out.substr(p4)};
+}
+size_t bit_exact_count(const std::string& text) {
+  size_t n = 0;
+  for (size_t at = text.find("bit-exact"); at != std::string::npos;
+       at = text.find("bit-exact", at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
 // The README's main command still tells its story: a split under production named with a
 // plan, no split under the invariant policy, a split attributed to routing with expert
 // capacity, bit-exact replays.
@@ -154,12 +173,9 @@ TEST(DemoCli, TellsTheStory) {
                            LLMRR_SOURCE_DIR + "/tools/demo",
                        &out, true);
   ASSERT_EQ(rc, 0) << out;
-  const size_t part2 = out.find("== 2."), part3 = out.find("== 3."), part4 = out.find("== 4.");
-  ASSERT_NE(part2, std::string::npos) << out;
-  ASSERT_NE(part3, std::string::npos) << out;
-  ASSERT_NE(part4, std::string::npos) << out;
-  const std::string one = out.substr(0, part2), two = out.substr(part2, part3 - part2),
-                    three = out.substr(part3, part4 - part3), four = out.substr(part4);
+  const std::vector<std::string> parts = demo_parts(out);
+  ASSERT_EQ(parts.size(), 4u) << out;
+  const std::string &one = parts[0], &two = parts[1], &three = parts[2], &four = parts[3];
   EXPECT_NE(one.find("split at token"), std::string::npos) << one;
   EXPECT_NE(one.find("A ran split-K"), std::string::npos) << one;
   EXPECT_NE(two.find("no split: every common request is bit-identical"), std::string::npos) << two;
@@ -167,12 +183,7 @@ TEST(DemoCli, TellsTheStory) {
   EXPECT_NE(three.find("routing: at layer"), std::string::npos) << three;
   EXPECT_NE(three.find("expert capacity decided"), std::string::npos) << three;
   EXPECT_EQ(four.find("mismatch"), std::string::npos) << four;
-  size_t exact = 0;
-  for (size_t at = four.find("bit-exact"); at != std::string::npos;
-       at = four.find("bit-exact", at + 1)) {
-    ++exact;
-  }
-  EXPECT_EQ(exact, 3u) << four;
+  EXPECT_EQ(bit_exact_count(four), 3u) << four;
 }
 
 // The real-model demo's story (README "One question, two answers"): SmolLM2 answers the
@@ -189,12 +200,9 @@ TEST(DemoCli, SmolLM2TellsTheFranceStory) {
                            LLMRR_SOURCE_DIR + "/tools/demo-smollm2",
                        &out, true);
   ASSERT_EQ(rc, 0) << out;
-  const size_t part2 = out.find("== 2."), part3 = out.find("== 3."), part4 = out.find("== 4.");
-  ASSERT_NE(part2, std::string::npos) << out;
-  ASSERT_NE(part3, std::string::npos) << out;
-  ASSERT_NE(part4, std::string::npos) << out;
-  const std::string one = out.substr(0, part2), two = out.substr(part2, part3 - part2),
-                    three = out.substr(part3, part4 - part3), four = out.substr(part4);
+  const std::vector<std::string> parts = demo_parts(out);
+  ASSERT_EQ(parts.size(), 4u) << out;
+  const std::string &one = parts[0], &two = parts[1], &three = parts[2], &four = parts[3];
   EXPECT_NE(one.find("The capital of France is Paris."), std::string::npos) << one;
   EXPECT_NE(one.find("L'Étoile"), std::string::npos) << one;
   EXPECT_NE(one.find("split at token 0"), std::string::npos) << one;
@@ -206,12 +214,7 @@ TEST(DemoCli, SmolLM2TellsTheFranceStory) {
       << three;
   EXPECT_NE(three.find("split at token"), std::string::npos) << three;
   EXPECT_EQ(four.find("mismatch"), std::string::npos) << four;
-  size_t exact = 0;
-  for (size_t at = four.find("bit-exact"); at != std::string::npos;
-       at = four.find("bit-exact", at + 1)) {
-    ++exact;
-  }
-  EXPECT_EQ(exact, 3u) << four;
+  EXPECT_EQ(bit_exact_count(four), 3u) << four;
 }
 
 }  // namespace
