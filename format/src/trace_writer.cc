@@ -269,9 +269,23 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path,
     }
     if (fd < 0) {
       const int e = errno;
-      if (e == ENOENT)
+      if (e == ENOENT) {
+        if (path.empty()) {
+          return make_error(ErrorCode::kInvalidArgument,
+                            "cannot create the trace: the output path is empty");
+        }
+        // ENOENT also comes from a directory that exists but takes no new files (/proc).
+        const size_t slash = path.rfind('/');
+        const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+        struct stat d;
+        if (::stat(dir.c_str(), &d) == 0 && S_ISDIR(d.st_mode)) {
+          return make_error(ErrorCode::kIo, path + ": cannot create the trace: the directory " +
+                                                dir + " exists but takes no new files (" +
+                                                errno_text(e) + ")");
+        }
         return make_error(ErrorCode::kNotFound,
                           path + ": cannot create the trace: its directory does not exist");
+      }
       if (e == EISDIR)
         return make_error(ErrorCode::kIsDirectory,
                           path + ": expected a file to write, found a directory");

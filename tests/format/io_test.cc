@@ -45,6 +45,23 @@ TEST(WriterIo, UnwritableLocation) {
   EXPECT_NE(w.status().message().find("/sys/llmrr_cannot_write.trace"), std::string::npos);
 }
 
+// ENOENT from a directory that exists but takes no new files (/proc) is not a missing
+// directory; an empty path says it is empty.
+TEST(WriterIo, ExistingDirectoryThatTakesNoFilesAndEmptyPath) {
+  auto w = TraceWriter::open("/proc/llmrr_cannot_write.trace");
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), ErrorCode::kIo) << w.status().to_string();
+  EXPECT_NE(w.status().message().find("the directory /proc/ exists but takes no new files"),
+            std::string::npos)
+      << w.status().message();
+  EXPECT_EQ(w.status().message().find("does not exist"), std::string::npos);
+  auto e = TraceWriter::open("");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("the output path is empty"), std::string::npos)
+      << e.status().message();
+}
+
 TEST(WriterIo, ReadOnlyDirectory) {
   if (::geteuid() == 0) GTEST_SKIP() << "running as root: directory permissions do not apply";
   std::string dir = temp_path("rodir");
