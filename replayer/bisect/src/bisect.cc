@@ -454,30 +454,30 @@ BisectReport BisectSession::run() {
   using Searches = BisectOptions::Searches;
   const bool numerical = s.options.searches != Searches::kVisible;
   const bool visible = s.options.searches != Searches::kNumerical;
-  if (rep.split_position >= 0 && !numerical) {
-    rep.numerical.skipped = true;
-    rep.numerical.position = rep.split_position;
-    rep.numerical.universe = s.numerical_universe;
-    rep.numerical.conclusion = "not searched (--search visible)";
-  }
-  if (rep.visible_position >= 0 && !visible) {
-    rep.visible.skipped = true;
-    rep.visible.position = rep.visible_position;
-    rep.visible.universe = static_cast<int32_t>(rep.factors.size());
-    rep.visible.conclusion = "not searched (--search numerical)";
-  }
+  auto skip = [](SearchResult* r, int32_t position, int32_t universe, const char* searched) {
+    r->skipped = true;
+    r->position = position;
+    r->universe = universe;
+    r->conclusion = std::string("not searched (--search ") + searched + ")";
+  };
   if (rep.split_position >= 0) {
-    if (numerical) rep.numerical = s.search(false, rep.split_position, s.numerical_universe);
+    if (numerical) {
+      rep.numerical = s.search(false, rep.split_position, s.numerical_universe);
+    } else {
+      skip(&rep.numerical, rep.split_position, s.numerical_universe, "visible");
+    }
     std::string pos = rep.split_position < rep.prompt_len
                           ? "prompt position " + std::to_string(rep.split_position)
                           : "position " + std::to_string(rep.split_position);
     rep.numerical.target = "B's logits at " + pos + ", bit for bit";
   }
   if (rep.visible_position >= 0) {
+    const int32_t universe = static_cast<int32_t>(rep.factors.size());
     if (visible) {
-      rep.visible =
-          s.search(true, rep.visible_position - 1, static_cast<int32_t>(rep.factors.size()),
-                   rep.numerical.ran ? rep.numerical.minimal : std::vector<int32_t>{});
+      rep.visible = s.search(true, rep.visible_position - 1, universe,
+                             rep.numerical.ran ? rep.numerical.minimal : std::vector<int32_t>{});
+    } else {
+      skip(&rep.visible, rep.visible_position, universe, "numerical");
     }
     std::string tok = std::to_string(rep.token_b);
     if (s.model && s.model->tokenizer && rep.token_b >= 0) {

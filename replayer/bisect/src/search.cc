@@ -271,6 +271,7 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
   const Outcome empty = eval({});
   tell(universe);
   const Outcome full = eval(all);
+  const int64_t checked = replays.load();  // the budget counts what follows the two checks
   tell(universe);
   const bool empty_is_a = visible ? empty.matches_a_visible : empty.matches_a_numerical;
   if (!empty.ok || !empty_is_a) {
@@ -321,7 +322,7 @@ SearchResult BisectSession::Impl::search(bool visible, int32_t through, int32_t 
       sets.push_back(std::move(set));
     }
     for (size_t from = 0; from < sets.size(); from += static_cast<size_t>(jobs)) {
-      const int64_t left = options.max_replays - (replays.load() - before - 2);
+      const int64_t left = options.max_replays - (replays.load() - checked);
       if (options.max_replays > 0 && left <= 0) {
         res.exhausted = true;  // answer "none reproduces": ddmin ends on the set it holds
         return -1;
