@@ -17,9 +17,12 @@ every row the kernels ran on. Forward hooks name what they see with llmrr's site
     self_attn.q_proj / k_proj / v_proj -> L<i>.attn.q / .k / .v
     self_attn.q_norm / k_norm (Qwen3, per head) -> L<i>.attn.q_norm / .k_norm (heads joined)
     self_attn.o_proj input -> L<i>.attn.core, output -> L<i>.attn.o
+    DeepSeek-V3 (MLA): q_a_proj / q_a_layernorm / q_b_proj -> L<i>.attn.q_a / .q_a_norm / .q,
+      kv_a_proj_with_mqa / kv_a_layernorm -> L<i>.attn.kv_a / .kv_a_norm, o_proj input ->
+      L<i>.attn.v_up (llmrr's absorbed attn.q_absorb / attn.core have no module here)
     mlp.gate_proj / up_proj / down_proj -> L<i>.mlp.gate / .up / .down (input of down: .act)
     MoE block (mlp with .gate router and .experts): router logits -> L<i>.moe.router, and the
-      routing (top-k experts, weights) of every row; shared_expert.* -> L<i>.moe.shared.*,
+      routing (top-k experts, weights) of every row; shared_expert(s).* -> L<i>.moe.shared.*,
       shared_expert_gate -> L<i>.moe.shared.scale; block output -> L<i>.moe.combine
     norm -> final_norm                       lm_head -> the logits of each sampled row
 
@@ -171,13 +174,21 @@ class _HookRecorder:
                 self._site(getattr(attn, name, None), "L%d.attn.%s" % (i, site))
             for name in ("q_norm", "k_norm"):
                 self._site(getattr(attn, name, None), "L%d.attn.%s" % (i, name), heads=True)
-            self._site(getattr(attn, "o_proj", None), "L%d.attn.core" % i, inputs=True)
+            # DeepSeek-V3 MLA: the low-rank projections and norms; o_proj's input is the
+            # values (llmrr's attn.v_up; its attn.core is the latent, absorbed form).
+            mla = hasattr(attn, "kv_a_proj_with_mqa")
+            for name, site in (("q_a_proj", "q_a"), ("q_a_layernorm", "q_a_norm"),
+                               ("q_b_proj", "q"), ("kv_a_proj_with_mqa", "kv_a"),
+                               ("kv_a_layernorm", "kv_a_norm")):
+                self._site(getattr(attn, name, None), "L%d.attn.%s" % (i, site))
+            self._site(getattr(attn, "o_proj", None),
+                       "L%d.attn.%s" % (i, "v_up" if mla else "core"), inputs=True)
             mlp = getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe", None)
             router = getattr(mlp, "gate", None)
             if mlp is not None and hasattr(mlp, "experts") and isinstance(router, torch.nn.Module):
                 self.handles.append(router.register_forward_hook(self._router(i)))
                 self._site(mlp, "L%d.moe.combine" % i)
-                shared = getattr(mlp, "shared_expert", None)
+                shared = getattr(mlp, "shared_expert", None) or getattr(mlp, "shared_experts", None)
                 for name, site in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
                     self._site(getattr(shared, name, None), "L%d.moe.shared.%s" % (i, site))
                 self._site(getattr(mlp, "shared_expert_gate", None), "L%d.moe.shared.scale" % i)

@@ -254,6 +254,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const LoadedModel& model,
   ASSIGN_OR_RETURN(EngineWeights weights, pack_weights(model, mc));
   if (!policy) policy = make_production_policy();
   auto impl = std::make_unique<Impl>(std::move(weights), config, std::move(policy));
+  if (config.device != Device::kCpu && mc.mla) {
+    // Before the device is probed: the answer does not depend on the machine.
+    return make_error(ErrorCode::kUnsupported,
+                      model.source + ": --device " + device_name(config.device) +
+                          " does not run DeepSeek-V3's latent attention (MLA) or its MoE "
+                          "layers; use --device cpu");
+  }
   if (config.device != Device::kCpu) {
     RETURN_IF_ERROR(check_device(config.device));
     ASSIGN_OR_RETURN(impl->device, make_device_forward(impl->w, config));

@@ -1,6 +1,6 @@
 // The CPU forward pass: the ops at each site (a plan from the policy, the kernel, the rows
 // to the observers), attention and dense MLP layers, final norm and logits; score_prompt.
-// MoE layers are in engine_moe.cc; a device other than the CPU takes over in forward().
+// MLA attention (DeepSeek-V3) is in engine_mla.cc, MoE layers in engine_moe.cc; a device other than the CPU takes over in forward().
 #include <cmath>
 #include <cstring>
 
@@ -199,7 +199,7 @@ Status Engine::Impl::forward(StepBatch& b) {
   w.embed(b.tokens.data(), R, x.data());
   plain_site(b, SiteId{SiteKind::kEmbed, -1, -1}, x.data(), H, R, H, map);
   for (int32_t l = 0; l < c.layers; ++l) {
-    RETURN_IF_ERROR(attention_layer(b, l));
+    RETURN_IF_ERROR(c.mla ? mla_attention_layer(b, l) : attention_layer(b, l));
     auto site = [&](SiteKind kind) { return SiteId{kind, static_cast<int16_t>(l), -1}; };
     RETURN_IF_ERROR(norm_site(b, site(SiteKind::kMlpNorm), x.data(), R, b.full_rows,
                               w.layers[l].mlp_norm, h.data(), map));

@@ -62,8 +62,9 @@ struct Engine::Impl {
 
   // Workspace, reused across steps.
   std::vector<float> x, h, q, k, v, att, tmp, gate, up, act;
-  std::vector<float> router_logits, scores, eb, eg, eu, ea, eo, comb, sg, su, sa, sd, sscale;
+  std::vector<float> router_logits, scores, choice, eb, eg, eu, ea, eo, comb, sg, su, sa, sd, sscale;
   std::vector<float> xs, hs, logits;
+  std::vector<float> qa, kva, qlat, qabs, latt, lat;  // MLA
   std::vector<int32_t> src, emap, erows;
   Routing routing;
   Plan sliced;
@@ -74,7 +75,7 @@ struct Engine::Impl {
         cfg(c),
         policy(std::move(p)),
         pool(std::make_unique<kernels::ThreadPool>(c.threads)),
-        kv(w.cfg.layers, w.cfg.kv_heads, w.cfg.head_dim, c.kv_block),
+        kv(w.cfg.layers, w.cfg.cache_heads(), w.cfg.cache_dim(), c.kv_block, w.cfg.mla),
         sched(c.scheduler) {}
 
   // ---- observer plumbing (engine.cc) ----------------------------------------------------
@@ -101,6 +102,16 @@ struct Engine::Impl {
   // ---- forward (engine_forward.cc; route and moe_mlp in engine_moe.cc) ---------------------
 
   Status attention_layer(StepBatch& b, int32_t l);
+  // DeepSeek-V3 multi-head latent attention, absorbed form (engine_mla.cc).
+  Status mla_attention_layer(StepBatch& b, int32_t l);
+  // RMSNorm of `dim` columns of `rows` rows (leading dimension ld), in place, at `site`.
+  Status lora_norm_site(const StepBatch& b, SiteId site, float* xio, int64_t ld, int64_t rows,
+                        int64_t dim, const std::vector<float>& weight, const int32_t* row_map);
+  // One GEMM per head with one plan (weights[h]: n × k), x head h at x + h·x_step, y head h
+  // at y + h·y_step; the site's rows are the heads side by side (ldy wide).
+  Status head_gemm_site(const StepBatch& b, SiteId site, const float* xin, int64_t ldx,
+                        int64_t x_step, int64_t rows, const std::vector<kernels::PackedWeight>& wts,
+                        float* y, int64_t ldy, int64_t y_step, const int32_t* row_map);
   Status dense_mlp(StepBatch& b, int32_t l);
   Status route(StepBatch& b, int32_t l);
   Status moe_mlp(StepBatch& b, int32_t l);

@@ -21,6 +21,20 @@ Status Engine::Impl::route(StepBatch& b, int32_t l) {
       kernels::softmax_inplace(scores.data() + r * E, E);
     }
   }
+  // DeepSeek-V3: experts are selected by the biased, group-limited scores; gates come from
+  // the unbiased ones (moe_router.h).
+  const float* select = scores.data();
+  if (c.n_group > 1 || c.router_bias) {
+    const std::vector<float>& bias = w.layers[l].router_bias;
+    choice.resize(scores.size());
+    group_limited_choice(scores.data(), R, E, bias.empty() ? nullptr : bias.data(), c.n_group,
+                         c.topk_group, choice.data());
+    select = choice.data();
+  }
+  GateRule rule;
+  rule.norm_topk_prob = c.norm_topk_prob;
+  rule.scale = c.routed_scaling;
+  rule.denom_eps = c.arch == Arch::kDeepseekV3 ? 1e-20f : 0.0f;
   const ForcedRouting* forced = nullptr;
   if (routing_mode != RoutingMode::kCompute && routing_src && b.step >= 0) {
     forced = routing_src->routing(b.step, l);
@@ -43,7 +57,7 @@ Status Engine::Impl::route(StepBatch& b, int32_t l) {
     routing.resize(R, K);
     std::vector<float> vals(K);
     for (int64_t r = 0; r < R; ++r) {
-      kernels::topk(scores.data() + r * E, E, K, routing.chosen.data() + r * K, vals.data());
+      kernels::topk(select + r * E, E, K, routing.chosen.data() + r * K, vals.data());
       const int64_t o = b.orig[r];
       for (int i = 0; i < K; ++i) {
         int32_t e = forced->experts[o * K + i];
@@ -61,9 +75,9 @@ Status Engine::Impl::route(StepBatch& b, int32_t l) {
       }
     }
     routing.capacity = forced->capacity;
-    compute_gates(scores.data(), R, E, c.norm_topk_prob, &routing);
+    compute_gates(scores.data(), R, E, rule, &routing);
   } else {
-    route_tokens(scores.data(), R, E, K, c.norm_topk_prob, cfg.capacity, b.full_rows, &routing);
+    route_tokens(select, scores.data(), R, E, K, rule, cfg.capacity, b.full_rows, &routing);
     if (routing_mode == RoutingMode::kCheck && forced && !mismatch) {
       for (int64_t r = 0; r < R && !mismatch; ++r) {
         const int64_t o = b.orig[r];
@@ -180,7 +194,8 @@ Status Engine::Impl::moe_mlp(StepBatch& b, int32_t l) {
                               count[e], count[e], L.experts[e].down, eo.data() + base[e] * H, H,
                               nullptr, true, emap.data() + base[e]));
   }
-  // Shared expert (Qwen2-MoE): sigmoid(x·w_gate) · MLP(x), added after the routed sum.
+  // Shared expert: Qwen2-MoE sigmoid(x·w_gate) · MLP(x), DeepSeek-V3 MLP(x) (its
+  // n_shared_experts fused into one MLP), added after the routed sum.
   if (L.has_shared) {
     const int64_t SF = c.shared_ffn;
     sg.resize(static_cast<size_t>(R) * SF);

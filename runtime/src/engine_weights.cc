@@ -1,5 +1,6 @@
 #include "engine_weights.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,39 @@ class Fetcher {
   kernels::WeightType type_;
 };
 
+// MLA weights of one layer (prefix p = "model.layers.N.").
+Status pack_mla(const Fetcher& f, const ModelConfig& c, const std::string& p, LayerWeights* L) {
+  const int64_t H = c.hidden, NH = c.heads, QK = c.qk_head_dim(), NOPE = c.qk_nope_dim,
+                RD = c.qk_rope_dim, KL = c.kv_lora_rank, VD = c.v_head_dim;
+  const kernels::WeightType type = c.weight_type;
+  auto fp32 = [&](const std::string& name, int64_t n, int64_t k) -> Result<std::vector<float>> {
+    ASSIGN_OR_RETURN(const HostTensor* t, f.get(name, {n, k}));
+    return t->to_f32();
+  };
+  if (c.q_lora_rank > 0) {
+    RETURN_IF_ERROR(f.linear(p + "self_attn.q_a_proj.weight", c.q_lora_rank, H, &L->q_a));
+    RETURN_IF_ERROR(f.vec(p + "self_attn.q_a_layernorm.weight", c.q_lora_rank, &L->q_a_norm));
+    RETURN_IF_ERROR(f.linear(p + "self_attn.q_b_proj.weight", NH * QK, c.q_lora_rank, &L->q));
+  } else {
+    RETURN_IF_ERROR(f.linear(p + "self_attn.q_proj.weight", NH * QK, H, &L->q));
+  }
+  RETURN_IF_ERROR(f.linear(p + "self_attn.kv_a_proj_with_mqa.weight", KL + RD, H, &L->kv_a));
+  RETURN_IF_ERROR(f.vec(p + "self_attn.kv_a_layernorm.weight", KL, &L->kv_a_norm));
+  ASSIGN_OR_RETURN(std::vector<float> wkvb, fp32(p + "self_attn.kv_b_proj.weight",
+                                                 NH * (NOPE + VD), KL));
+  L->uk_t.resize(NH);
+  L->uv.resize(NH);
+  std::vector<float> ukt(KL * NOPE);
+  for (int64_t h = 0; h < NH; ++h) {
+    const float* base = wkvb.data() + h * (NOPE + VD) * KL;
+    for (int64_t i = 0; i < NOPE; ++i)
+      for (int64_t j = 0; j < KL; ++j) ukt[j * NOPE + i] = base[i * KL + j];
+    L->uk_t[h] = kernels::PackedWeight::pack(ukt.data(), KL, NOPE, type);
+    L->uv[h] = kernels::PackedWeight::pack(base + NOPE * KL, VD, KL, type);
+  }
+  return f.linear(p + "self_attn.o_proj.weight", H, NH * VD, &L->o);
+}
+
 Status bad_config(const LoadedModel& m, const std::string& what) {
   return make_error(ErrorCode::kBadModel, m.source + ": model config: " + what);
 }
@@ -154,6 +188,27 @@ Result<EngineWeights> pack_weights(const LoadedModel& model, const ModelConfig& 
     c.head_dim = c.hidden / c.heads;
   }
   if (c.head_dim % 2 != 0) return bad_config(model, "head_dim must be even for RoPE");
+  if (c.mla) {
+    if (c.kv_lora_rank <= 0 || c.qk_nope_dim <= 0 || c.v_head_dim <= 0 || c.q_lora_rank < 0 ||
+        c.qk_rope_dim != c.head_dim)
+      return bad_config(model, "MLA needs kv_lora_rank, qk_nope_head_dim, v_head_dim > 0 and "
+                               "head_dim == qk_rope_head_dim (got kv_lora_rank " +
+                                   std::to_string(c.kv_lora_rank) + ", qk_nope_head_dim " +
+                                   std::to_string(c.qk_nope_dim) + ", v_head_dim " +
+                                   std::to_string(c.v_head_dim) + ", qk_rope_head_dim " +
+                                   std::to_string(c.qk_rope_dim) + ", head_dim " +
+                                   std::to_string(c.head_dim) + ")");
+  }
+  if (c.n_group < 1 || c.topk_group < 1 || c.topk_group > c.n_group ||
+      (c.is_moe() && (c.experts % c.n_group != 0 ||
+                      int64_t{c.topk_group} * (c.experts / c.n_group) < c.top_k ||
+                      (c.n_group > 1 && c.experts / c.n_group < 2))))
+    return bad_config(model, "group-limited routing needs n_group dividing the experts, groups "
+                             "of at least 2, 1 <= topk_group <= n_group and top_k within the "
+                             "chosen groups (got n_group " + std::to_string(c.n_group) +
+                                 ", topk_group " + std::to_string(c.topk_group) + ", experts " +
+                                 std::to_string(c.experts) + ", top_k " +
+                                 std::to_string(c.top_k) + ")");
   if (c.max_positions <= 0) return bad_config(model, "max_positions must be positive");
   if (c.is_moe()) {
     if (c.top_k <= 0 || c.top_k > c.experts) {
@@ -212,10 +267,14 @@ Result<EngineWeights> pack_weights(const LoadedModel& model, const ModelConfig& 
     const std::string p = "model.layers." + std::to_string(l) + ".";
     RETURN_IF_ERROR(f.vec(p + "input_layernorm.weight", H, &L.attn_norm));
     RETURN_IF_ERROR(f.vec(p + "post_attention_layernorm.weight", H, &L.mlp_norm));
-    RETURN_IF_ERROR(f.linear(p + "self_attn.q_proj.weight", q_out, H, &L.q));
-    RETURN_IF_ERROR(f.linear(p + "self_attn.k_proj.weight", kv_out, H, &L.k));
-    RETURN_IF_ERROR(f.linear(p + "self_attn.v_proj.weight", kv_out, H, &L.v));
-    RETURN_IF_ERROR(f.linear(p + "self_attn.o_proj.weight", H, q_out, &L.o));
+    if (c.mla) {
+      RETURN_IF_ERROR(pack_mla(f, c, p, &L));
+    } else {
+      RETURN_IF_ERROR(f.linear(p + "self_attn.q_proj.weight", q_out, H, &L.q));
+      RETURN_IF_ERROR(f.linear(p + "self_attn.k_proj.weight", kv_out, H, &L.k));
+      RETURN_IF_ERROR(f.linear(p + "self_attn.v_proj.weight", kv_out, H, &L.v));
+      RETURN_IF_ERROR(f.linear(p + "self_attn.o_proj.weight", H, q_out, &L.o));
+    }
     if (c.attention_bias) {
       RETURN_IF_ERROR(f.vec(p + "self_attn.q_proj.bias", q_out, &L.q_bias));
       RETURN_IF_ERROR(f.vec(p + "self_attn.k_proj.bias", kv_out, &L.k_bias));
@@ -255,6 +314,8 @@ Result<EngineWeights> pack_weights(const LoadedModel& model, const ModelConfig& 
       }
     } else {
       RETURN_IF_ERROR(f.linear(p + "mlp.gate.weight", E, H, &L.router));
+      if (c.router_bias)
+        RETURN_IF_ERROR(f.vec(p + "mlp.gate.e_score_correction_bias", E, &L.router_bias));
       for (int64_t e = 0; e < E; ++e) {
         const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
         RETURN_IF_ERROR(f.mlp(q + "gate_proj.weight", q + "up_proj.weight",
@@ -263,7 +324,8 @@ Result<EngineWeights> pack_weights(const LoadedModel& model, const ModelConfig& 
     }
     if (c.shared_ffn > 0) {
       L.has_shared = true;
-      const std::string q = p + "mlp.shared_expert.";
+      const std::string q =
+          p + (c.arch == Arch::kDeepseekV3 ? "mlp.shared_experts." : "mlp.shared_expert.");
       RETURN_IF_ERROR(f.mlp(q + "gate_proj.weight", q + "up_proj.weight",
                             q + "down_proj.weight", H, c.shared_ffn, &L.shared));
       if (c.shared_expert_gate) {

@@ -19,9 +19,17 @@ struct LayerWeights {
   kernels::PackedWeight q, k, v, o;
   std::vector<float> q_bias, k_bias, v_bias;  // empty when the checkpoint has none
   std::vector<float> q_norm, k_norm;          // [head_dim] (Qwen3 q/k norm), else empty
+  // MLA (DeepSeek-V3): q is q_a → q_a_norm → q (q_b_proj), or q (q_proj) without q_lora;
+  // kv_a [kv_lora + rope, hidden]; rope rows de-interleaved when the checkpoint interleaves.
+  // kv_b_proj split per head and absorbed: uk_t[h] = W_UK_hᵀ [kv_lora, nope] (q_nope → latent
+  // query), uv[h] = W_UV_h [v_head_dim, kv_lora] (latent → values).
+  kernels::PackedWeight q_a, kv_a;
+  std::vector<float> q_a_norm, kv_a_norm;
+  std::vector<kernels::PackedWeight> uk_t, uv;
   bool sparse = false;                        // MoE layer
   MlpWeights mlp;                             // dense layers
   kernels::PackedWeight router;               // [experts, hidden]
+  std::vector<float> router_bias;             // [experts] DeepSeek-V3 selection bias, else empty
   std::vector<MlpWeights> experts;
   bool has_shared = false;
   MlpWeights shared;

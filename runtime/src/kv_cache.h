@@ -2,6 +2,8 @@
 // every layer (as vLLM's PagedAttention). A block holds, for each layer, K then V laid out
 // [position][kv_head][head_dim] — the layout kernels::KvSeqView reads. Where a block lives
 // never changes a result: attention reads positions, not addresses.
+// A latent cache (MLA, shared_values) holds one row per position that keys and values both
+// read: v_block is k_block and no separate V storage exists.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +14,10 @@ namespace llmrr {
 
 class KvCache {
  public:
-  KvCache(int32_t layers, int32_t kv_heads, int32_t head_dim, int32_t block_size)
+  KvCache(int32_t layers, int32_t kv_heads, int32_t head_dim, int32_t block_size,
+          bool shared_values = false)
       : layers_(layers),
+        planes_(shared_values ? 1 : 2),
         block_size_(block_size),
         row_(static_cast<int64_t>(kv_heads) * head_dim),
         per_layer_(static_cast<int64_t>(block_size) * kv_heads * head_dim) {}
@@ -33,9 +37,11 @@ class KvCache {
   }
 
   float* k_block(int32_t layer, int32_t block) {
-    return slabs_[block].get() + (2 * static_cast<int64_t>(layer)) * per_layer_;
+    return slabs_[block].get() + (planes_ * static_cast<int64_t>(layer)) * per_layer_;
   }
-  float* v_block(int32_t layer, int32_t block) { return k_block(layer, block) + per_layer_; }
+  float* v_block(int32_t layer, int32_t block) {
+    return k_block(layer, block) + (planes_ - 1) * per_layer_;
+  }
   float* k_at(int32_t layer, const std::vector<int32_t>& table, int64_t pos) {
     return k_block(layer, table[pos / block_size_]) + (pos % block_size_) * row_;
   }
@@ -54,12 +60,12 @@ class KvCache {
       return b;
     }
     slabs_.push_back(host_storage_ ? std::make_unique<float[]>(
-                                         static_cast<size_t>(2 * layers_ * per_layer_))
+                                         static_cast<size_t>(planes_ * layers_ * per_layer_))
                                    : nullptr);
     return static_cast<int32_t>(slabs_.size() - 1);
   }
 
-  int32_t layers_, block_size_;
+  int32_t layers_, planes_, block_size_;
   int64_t row_, per_layer_;
   bool host_storage_ = true;
   std::vector<std::unique_ptr<float[]>> slabs_;

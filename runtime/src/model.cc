@@ -21,6 +21,7 @@ const char* arch_name(Arch arch) {
     case Arch::kQwen2Moe: return "qwen2_moe";
     case Arch::kQwen3: return "qwen3";
     case Arch::kQwen3Moe: return "qwen3_moe";
+    case Arch::kDeepseekV3: return "deepseek_v3";
   }
   return "unknown";
 }

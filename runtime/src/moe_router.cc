@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -33,26 +34,63 @@ void Routing::resize(int64_t n, int32_t kk) {
   outcome.assign(s, RouteOutcome::kKept);
 }
 
-void compute_gates(const float* scores, int64_t rows, int32_t experts, bool norm, Routing* r) {
+void compute_gates(const float* scores, int64_t rows, int32_t experts, const GateRule& rule,
+                   Routing* r) {
   const int k = r->k;
   for (int64_t t = 0; t < rows; ++t) {
     const float* s = scores + t * experts;
     float denom = 0.0f;
     for (int i = 0; i < k; ++i) denom = denom + s[r->chosen[t * k + i]];
+    denom = denom + rule.denom_eps;
     for (int i = 0; i < k; ++i) {
       int32_t e = r->experts[t * k + i];
       float g = e < 0 ? 0.0f : s[e];
-      r->gates[t * k + i] = (norm && e >= 0) ? g / denom : g;
+      g = (rule.norm_topk_prob && e >= 0) ? g / denom : g;
+      r->gates[t * k + i] = rule.scale == 1.0f ? g : g * rule.scale;
+    }
+  }
+}
+
+void compute_gates(const float* scores, int64_t rows, int32_t experts, bool norm, Routing* r) {
+  compute_gates(scores, rows, experts, GateRule{norm, 1.0f, 0.0f}, r);
+}
+
+void group_limited_choice(const float* scores, int64_t rows, int32_t experts, const float* bias,
+                          int32_t n_group, int32_t topk_group, float* out) {
+  const int32_t per = experts / n_group;
+  std::vector<float> group_score(n_group);
+  std::vector<int32_t> keep(topk_group);
+  std::vector<float> vals(std::max(topk_group, 2));
+  int32_t top2[2];
+  for (int64_t t = 0; t < rows; ++t) {
+    float* o = out + t * experts;
+    for (int32_t e = 0; e < experts; ++e) o[e] = bias ? scores[t * experts + e] + bias[e] : scores[t * experts + e];
+    if (n_group <= 1) continue;
+    for (int32_t g = 0; g < n_group; ++g) {
+      kernels::topk(o + g * per, per, 2, top2, vals.data());
+      group_score[g] = vals[0] + vals[1];
+    }
+    kernels::topk(group_score.data(), n_group, topk_group, keep.data(), vals.data());
+    for (int32_t g = 0; g < n_group; ++g) {
+      if (std::find(keep.begin(), keep.end(), g) != keep.end()) continue;
+      std::fill(o + g * per, o + (g + 1) * per, -std::numeric_limits<float>::infinity());
     }
   }
 }
 
 void route_tokens(const float* scores, int64_t rows, int32_t experts, int32_t k, bool norm,
                   const CapacityConfig& cap, int64_t tokens_for_capacity, Routing* r) {
+  route_tokens(scores, scores, rows, experts, k, GateRule{norm, 1.0f, 0.0f}, cap,
+               tokens_for_capacity, r);
+}
+
+void route_tokens(const float* select, const float* scores, int64_t rows, int32_t experts,
+                  int32_t k, const GateRule& rule, const CapacityConfig& cap,
+                  int64_t tokens_for_capacity, Routing* r) {
   r->resize(rows, k);
   std::vector<float> vals(k);
   for (int64_t t = 0; t < rows; ++t) {
-    kernels::topk(scores + t * experts, experts, k, r->chosen.data() + t * k, vals.data());
+    kernels::topk(select + t * experts, experts, k, r->chosen.data() + t * k, vals.data());
   }
   r->experts = r->chosen;
   r->capacity = 0;
@@ -61,7 +99,7 @@ void route_tokens(const float* scores, int64_t rows, int32_t experts, int32_t k,
     std::vector<int32_t> load(experts, 0);
     std::vector<int32_t> order(experts);
     for (int64_t t = 0; t < rows; ++t) {
-      const float* s = scores + t * experts;
+      const float* s = select + t * experts;
       bool order_ready = false;
       for (int i = 0; i < k; ++i) {
         int32_t& e = r->experts[t * k + i];
@@ -100,7 +138,7 @@ void route_tokens(const float* scores, int64_t rows, int32_t experts, int32_t k,
       }
     }
   }
-  compute_gates(scores, rows, experts, norm, r);
+  compute_gates(scores, rows, experts, rule, r);
 }
 
 }  // namespace llmrr

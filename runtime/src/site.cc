@@ -24,39 +24,48 @@ constexpr KindName kLayerKinds[] = {
     {SiteKind::kSharedUp, "moe.shared.up"}, {SiteKind::kSharedDown, "moe.shared.down"},
     {SiteKind::kSharedScale, "moe.shared.scale"}, {SiteKind::kCombine, "moe.combine"},
     {SiteKind::kLayerOut, "out"},           {SiteKind::kQNorm, "attn.q_norm"},
-    {SiteKind::kKNorm, "attn.k_norm"},
+    {SiteKind::kKNorm, "attn.k_norm"},     {SiteKind::kQA, "attn.q_a"},
+    {SiteKind::kQANorm, "attn.q_a_norm"},   {SiteKind::kKvA, "attn.kv_a"},
+    {SiteKind::kKvANorm, "attn.kv_a_norm"}, {SiteKind::kQAbsorb, "attn.q_absorb"},
+    {SiteKind::kVUp, "attn.v_up"},
 };
 
 // Position of each kind in a layer's forward order, indexed by the kind's value.
 constexpr uint8_t kForwardRank[kSiteKinds] = {
     0,   // kEmbed
     1,   // kAttnNorm
-    2,   // kQ
-    3,   // kK
-    4,   // kV
-    7,   // kAttn
-    8,   // kO
-    9,   // kAttnResid
-    10,  // kMlpNorm
-    11,  // kGate
-    12,  // kUp
-    13,  // kAct
-    14,  // kDown
-    15,  // kRouter
-    16,  // kExpertGate
-    17,  // kExpertUp
-    18,  // kExpertAct
-    19,  // kExpertDown
-    20,  // kSharedGate
-    21,  // kSharedUp
-    22,  // kSharedDown
-    23,  // kSharedScale
-    24,  // kCombine
-    25,  // kLayerOut
-    26,  // kFinalNorm
-    27,  // kLogits
-    5,   // kQNorm
-    6,   // kKNorm
+    4,   // kQ
+    5,   // kK
+    6,   // kV
+    12,  // kAttn
+    14,  // kO
+    15,  // kAttnResid
+    16,  // kMlpNorm
+    17,  // kGate
+    18,  // kUp
+    19,  // kAct
+    20,  // kDown
+    21,  // kRouter
+    22,  // kExpertGate
+    23,  // kExpertUp
+    24,  // kExpertAct
+    25,  // kExpertDown
+    26,  // kSharedGate
+    27,  // kSharedUp
+    28,  // kSharedDown
+    29,  // kSharedScale
+    30,  // kCombine
+    31,  // kLayerOut
+    32,  // kFinalNorm
+    33,  // kLogits
+    9,   // kQNorm
+    10,  // kKNorm
+    2,   // kQA
+    3,   // kQANorm
+    7,   // kKvA
+    8,   // kKvANorm
+    11,  // kQAbsorb
+    13,  // kVUp
 };
 
 constexpr KindName kExpertKinds[] = {

@@ -75,10 +75,10 @@ inline PlanQuery attention_plan_query(const StepBatch& b, const ModelConfig& c, 
                                       int32_t kv_block_size) {
   PlanQuery q = plan_query(b, site, OpKind::kAttention);
   q.rows = b.full_rows;
-  q.k = c.head_dim;
+  q.k = c.cache_dim();  // MLA: the latent row (kv_lora + rope), one KV head
   q.seqs = b.attn_seqs;
   q.heads = c.heads;
-  q.kv_heads = c.kv_heads;
+  q.kv_heads = c.cache_heads();
   q.block_size = kv_block_size;
   return q;
 }

@@ -1,8 +1,8 @@
 // Conformance: the engine's logits against Hugging Face transformers' on the committed
 // fixtures (tests/fixtures/README.md). fp32: max-abs error ≤ 1e-4 × the logit range, under
-// both policies and through both the score entry and the generation path; Qwen3 and
-// Qwen3-MoE (safetensors and GGUF) also 16 greedy steps within 1e-5, both policies, chunked
-// and unchunked prefill; bf16: within the
+// both policies and through both the score entry and the generation path; Qwen3,
+// Qwen3-MoE and DeepSeek-V3 (safetensors and GGUF) also 16 greedy steps within 1e-5, both
+// policies, chunked and unchunked prefill; bf16: within the
 // bounds documented below; SmolLM2 (when fetched): logits and the greedy answer.
 //
 // Measured on this machine (max-abs error / logit range):
@@ -144,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Fp32Conformance,
                          ::testing::Values("tiny-llama", "tiny-mixtral", "tiny-qwen2moe",
                                            "tiny-qwen3", "tiny-qwen3moe", "tiny-llama-f32.gguf",
                                            "tiny-llama-q8_0.gguf", "tiny-qwen3-f32.gguf",
-                                           "tiny-qwen3moe-f32.gguf", "builtin-tiny-dense",
+                                           "tiny-qwen3moe-f32.gguf", "tiny-deepseek",
+                                           "tiny-deepseek-f32.gguf", "builtin-tiny-dense",
                                            "builtin-tiny-moe"),
                          [](const auto& info) { return test_name(info.param); });
 
@@ -225,7 +226,8 @@ TEST_P(GreedyConformance, SixteenStepsWithin1e5) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyConformance,
                          ::testing::Values("tiny-qwen3", "tiny-qwen3moe", "tiny-qwen3-f32.gguf",
-                                           "tiny-qwen3moe-f32.gguf"),
+                                           "tiny-qwen3moe-f32.gguf", "tiny-deepseek",
+                                           "tiny-deepseek-f32.gguf"),
                          [](const auto& info) { return test_name(info.param); });
 
 // The builtin models' greedy continuation of "hello" equals transformers' on the same

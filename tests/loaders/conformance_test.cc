@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <tuple>
 
 #include "fixtures/fixtures.h"
 #include "llmrr/runtime/builtin.h"
@@ -44,7 +45,8 @@ TEST(Conformance, ManifestPresent) {
   for (const char* name : {"tiny-llama", "tiny-llama-bf16", "tiny-mixtral", "tiny-qwen2moe",
                            "tiny-qwen3", "tiny-qwen3moe", "tiny-llama-f32.gguf",
                            "tiny-llama-q8_0.gguf", "tiny-qwen3-f32.gguf", "tiny-qwen3moe-f32.gguf",
-                           "builtin-tiny-dense", "builtin-tiny-moe"})
+                           "builtin-tiny-dense", "builtin-tiny-moe", "tiny-deepseek",
+                           "tiny-deepseek-f32.gguf"})
     EXPECT_TRUE(m["models"].contains(name)) << name;
 }
 
@@ -186,6 +188,77 @@ TEST(Conformance, GgufTinyQwen3) {
     EXPECT_EQ(a.norm_eps, b.norm_eps) << name;
     for (int32_t l = 0; l < a.layers; ++l) EXPECT_EQ(a.is_moe_layer(l), b.is_moe_layer(l)) << l;
   }
+}
+
+TEST(Conformance, SafetensorsTinyDeepseek) {
+  auto m = load_model(fixtures::path("tiny-deepseek"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, Arch::kDeepseekV3);
+  EXPECT_TRUE(c.mla);
+  EXPECT_EQ(c.layers, 3);
+  EXPECT_EQ(c.heads, 4);
+  EXPECT_EQ(c.q_lora_rank, 32);
+  EXPECT_EQ(c.kv_lora_rank, 32);
+  EXPECT_EQ(c.qk_nope_dim, 16);
+  EXPECT_EQ(c.qk_rope_dim, 8);
+  EXPECT_EQ(c.head_dim, 8);  // the RoPE width
+  EXPECT_EQ(c.v_head_dim, 16);
+  EXPECT_TRUE(c.rope_interleave);
+  EXPECT_EQ(c.experts, 16);
+  EXPECT_EQ(c.top_k, 4);
+  EXPECT_EQ(c.moe_ffn, 16);
+  EXPECT_EQ(c.shared_ffn, 16);  // one shared expert
+  EXPECT_FALSE(c.shared_expert_gate);
+  EXPECT_EQ(c.scoring, RouterScoring::kSigmoid);
+  EXPECT_TRUE(c.router_bias);
+  EXPECT_EQ(c.n_group, 4);
+  EXPECT_EQ(c.topk_group, 2);
+  EXPECT_EQ(c.routed_scaling, 2.5f);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_FALSE(c.is_moe_layer(0));  // first_k_dense_replace 1
+  EXPECT_TRUE(c.is_moe_layer(1));
+  EXPECT_TRUE(c.is_moe_layer(2));
+  expect_tensors_match(*m, model_entry("tiny-deepseek")["tensors"], "tiny-deepseek");
+}
+
+// deepseek2 GGUF (llama.cpp's converter: MLA as MQA metadata, kv_b_proj split into attn_k_b
+// transposed and attn_v_b, exp_probs_b.bias, stacked experts, *_shexp): the safetensors
+// tensors bit for bit and the same config.
+TEST(Conformance, GgufTinyDeepseek) {
+  auto g = load_model(fixtures::path("tiny-deepseek-f32.gguf"));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  auto s = load_model(fixtures::path("tiny-deepseek"));
+  ASSERT_TRUE(s.ok());
+  expect_tensors_match(*g, model_entry("tiny-deepseek")["tensors"], "tiny-deepseek-f32.gguf");
+  const ModelConfig &a = g->config, &b = s->config;
+  EXPECT_EQ(a.arch, Arch::kDeepseekV3);
+  for (auto [x, y, what] : {std::tuple{a.heads, b.heads, "heads"},
+                            {a.kv_heads, b.kv_heads, "kv_heads"},
+                            {a.head_dim, b.head_dim, "head_dim"},
+                            {a.q_lora_rank, b.q_lora_rank, "q_lora_rank"},
+                            {a.kv_lora_rank, b.kv_lora_rank, "kv_lora_rank"},
+                            {a.qk_nope_dim, b.qk_nope_dim, "qk_nope_dim"},
+                            {a.qk_rope_dim, b.qk_rope_dim, "qk_rope_dim"},
+                            {a.v_head_dim, b.v_head_dim, "v_head_dim"},
+                            {a.ffn, b.ffn, "ffn"},
+                            {a.experts, b.experts, "experts"},
+                            {a.top_k, b.top_k, "top_k"},
+                            {a.moe_ffn, b.moe_ffn, "moe_ffn"},
+                            {a.shared_ffn, b.shared_ffn, "shared_ffn"},
+                            {a.n_group, b.n_group, "n_group"},
+                            {a.topk_group, b.topk_group, "topk_group"}})
+    EXPECT_EQ(x, y) << what;
+  EXPECT_EQ(a.mla, b.mla);
+  EXPECT_EQ(a.rope_interleave, b.rope_interleave);
+  EXPECT_EQ(a.router_bias, b.router_bias);
+  EXPECT_EQ(a.routed_scaling, b.routed_scaling);
+  EXPECT_EQ(a.norm_topk_prob, b.norm_topk_prob);
+  EXPECT_EQ(a.scoring, b.scoring);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.lora_norm_eps, b.lora_norm_eps);
+  for (int32_t l = 0; l < a.layers; ++l) EXPECT_EQ(a.is_moe_layer(l), b.is_moe_layer(l)) << l;
 }
 
 // The GGUF of the tiny Llama (Q/K permuted the way llama.cpp's converter does): after our

@@ -179,7 +179,8 @@ TEST_P(EngineModels, RequestAloneReplayIsBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineModels,
-                         ::testing::Values("tiny-dense", "tiny-moe", "qwen2-moe", "qwen3-moe"),
+                         ::testing::Values("tiny-dense", "tiny-moe", "qwen2-moe", "qwen3-moe",
+                                           "tiny-deepseek"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) c = c == '-' ? '_' : c;
@@ -356,9 +357,11 @@ struct RoutingStats : Observer {
 };
 
 TEST(EngineCapacity, DropAndRerouteOutcomesAreVisibleAndRespectCapacity) {
-  const LoadedModel& m = builtin("tiny-moe");
-  std::vector<RequestSpec> reqs = target_and_load("Capacity pressure", 6, 5, 2);
+  for (const char* model : {"tiny-moe", "tiny-deepseek"})
   for (Overflow o : {Overflow::kNone, Overflow::kDrop, Overflow::kReroute}) {
+    const LoadedModel& m = builtin(model);
+    std::vector<RequestSpec> reqs = target_and_load("Capacity pressure", 6, 5, 2);
+    SCOPED_TRACE(model);
     EngineConfig cfg;
     cfg.capacity = CapacityConfig{o == Overflow::kNone ? 0.0 : 0.75, o};
     RoutingStats stats;

@@ -25,7 +25,8 @@ from gguf import GGMLQuantizationType as QT
 from safetensors.numpy import save_file
 
 import transformers
-from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
+from transformers import (AutoModelForCausalLM, AutoTokenizer, DeepseekV3Config,
+                          DeepseekV3ForCausalLM, LlamaConfig, LlamaForCausalLM,
                           MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
@@ -118,14 +119,48 @@ def init_weights(model, seed):
                     gain = 2.0
                 v = gain * z / np.sqrt(fan_in)
             p.copy_(v.to(p.dtype))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                # DeepSeek-V3's selection bias (a buffer, zero at init): 0.1·z moves the choice
+                # of experts away from the plain top-k of the scores.
+                b.copy_(0.1 * torch.randn(b.shape, generator=g, dtype=torch.float32))
+
+
+def deepseek_gaps(router, logits):
+    """DeepSeek-V3's selection margins: the gap between the topk_group-th and the next group
+    score, and between the k-th and (k+1)-th biased score among the chosen groups."""
+    scores = torch.sigmoid(logits.float())
+    sfc = scores + router.e_score_correction_bias
+    n_group, tg, k = router.num_group, router.topk_group, router.top_k
+    gs = sfc.view(-1, n_group, router.num_experts // n_group).topk(2, dim=-1)[0].sum(dim=-1)
+    gtop = torch.topk(gs, min(tg + 1, n_group), dim=-1).values
+    gap = float("inf") if tg >= n_group else float((gtop[..., tg - 1] - gtop[..., tg]).min())
+    idx = torch.topk(gs, tg, dim=-1)[1]
+    mask = torch.zeros_like(gs).scatter_(1, idx, 1).bool()
+    mask = mask.unsqueeze(-1).expand(-1, n_group, router.num_experts // n_group).reshape(
+        -1, router.num_experts)
+    masked = sfc.masked_fill(~mask, float("-inf"))
+    top = torch.topk(masked, k + 1, dim=-1).values
+    return min(gap, float((top[..., k - 1] - top[..., k]).min()))
 
 
 def router_margin(model, ids):
     """Smallest gap between the k-th and (k+1)-th router probability over all tokens and MoE
-    layers: a conformance run must not hinge on a near-tie."""
+    layers: a conformance run must not hinge on a near-tie. (DeepSeek-V3: deepseek_gaps.)"""
     gaps = []
     hooks = []
     k = model.config.num_experts_per_tok
+    if model.config.model_type == "deepseek_v3":
+        def ds_hook(mod, _inp, out):
+            gaps.append(deepseek_gaps(mod, out[0]))
+        for name, mod in model.named_modules():
+            if type(mod).__name__ == "DeepseekV3TopkRouter":
+                hooks.append(mod.register_forward_hook(ds_hook))
+        with torch.no_grad():
+            model(torch.tensor([ids]))
+        for h in hooks:
+            h.remove()
+        return min(gaps)
 
     def hook(_m, _inp, out):
         logits = out[0] if isinstance(out, tuple) else out
@@ -293,6 +328,25 @@ def tiny_qwen3moe():
     return decisive(lambda: Qwen3MoeForCausalLM(c).eval(), 529, greedy=True, margin=2e-4)
 
 
+def tiny_deepseek():
+    # Three layers: dense (first_k_dense_replace 1), MoE, MoE. MLA with a q LoRA (q_lora_rank
+    # 32), kv_lora_rank 32, nope 16 + rope 8 per head (interleaved rope, the config's
+    # default), v_head_dim 16; 16 routed experts in 4 groups, 2 groups kept, top-4, sigmoid
+    # scores with a selection bias, routed_scaling_factor 2.5, one shared expert. The margin
+    # asked (group and expert gaps of the biased scores) is 2e-4, as for Qwen3-MoE.
+    c = DeepseekV3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
+                         moe_intermediate_size=16, num_hidden_layers=3, num_attention_heads=4,
+                         num_key_value_heads=4, n_shared_experts=1, n_routed_experts=16,
+                         routed_scaling_factor=2.5, kv_lora_rank=32, q_lora_rank=32,
+                         qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16, n_group=4,
+                         topk_group=2, num_experts_per_tok=4, first_k_dense_replace=1,
+                         norm_topk_prob=True, max_position_embeddings=256, rms_norm_eps=1e-6,
+                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                         attn_implementation="eager",
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    return decisive(lambda: DeepseekV3ForCausalLM(c).eval(), 606, greedy=True, margin=2e-4)
+
+
 def save_hf(model, out_dir, name):
     d = os.path.join(out_dir, name)
     shutil.rmtree(d, ignore_errors=True)
@@ -413,6 +467,86 @@ def write_qwen3_gguf(model, path):
     put("output_norm.weight", sd["model.norm.weight"])
     if "lm_head.weight" in sd:
         put("output.weight", sd["lm_head.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_deepseek_gguf(model, path):
+    """DeepSeek-V3 as llama.cpp's DeepseekV2Model converter writes it ("deepseek2"): MLA run as
+    MQA (head_count_kv 1, key_length kv_lora + rope, value_length kv_lora; the per-head sizes
+    in key_length_mla / value_length_mla), kv_b_proj split into attn_k_b (W_UK transposed per
+    head) and attn_v_b, rope rows as HF stores them (llama.cpp rotates adjacent pairs),
+    e_score_correction_bias as exp_probs_b.bias, stacked experts; all F32."""
+    c = model.config
+    sd = canonical_state(model)
+    w = gguf.GGUFWriter(path, "deepseek2")
+    w.add_name("tiny-deepseek")
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(1)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_vocab_size(c.vocab_size)
+    w.add_leading_dense_block_count(c.first_k_dense_replace)
+    w.add_q_lora_rank(c.q_lora_rank)
+    w.add_kv_lora_rank(c.kv_lora_rank)
+    w.add_key_length(c.kv_lora_rank + c.qk_rope_head_dim)
+    w.add_value_length(c.kv_lora_rank)
+    w.add_key_length_mla(c.qk_nope_head_dim + c.qk_rope_head_dim)
+    w.add_value_length_mla(c.v_head_dim)
+    w.add_expert_feed_forward_length(c.moe_intermediate_size)
+    w.add_expert_count(c.n_routed_experts)
+    w.add_expert_used_count(c.num_experts_per_tok)
+    w.add_expert_shared_count(c.n_shared_experts)
+    w.add_expert_weights_scale(c.routed_scaling_factor)
+    w.add_expert_weights_norm(c.norm_topk_prob)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_expert_group_count(c.n_group)
+    w.add_expert_group_used_count(c.topk_group)
+    w.add_rope_dimension_count(c.qk_rope_head_dim)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    def put(name, arr):
+        w.add_tensor(name, np.ascontiguousarray(arr.astype(np.float32)))
+
+    nh, nope, vd = c.num_attention_heads, c.qk_nope_head_dim, c.v_head_dim
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        b = f"blk.{i}."
+        put(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
+        put(b + "attn_q_a.weight", sd[p + "self_attn.q_a_proj.weight"])
+        put(b + "attn_q_a_norm.weight", sd[p + "self_attn.q_a_layernorm.weight"])
+        put(b + "attn_q_b.weight", sd[p + "self_attn.q_b_proj.weight"])
+        put(b + "attn_kv_a_mqa.weight", sd[p + "self_attn.kv_a_proj_with_mqa.weight"])
+        put(b + "attn_kv_a_norm.weight", sd[p + "self_attn.kv_a_layernorm.weight"])
+        kv_b = sd[p + "self_attn.kv_b_proj.weight"].reshape(nh, nope + vd, -1)
+        put(b + "attn_k_b.weight", np.ascontiguousarray(kv_b[:, :nope, :].transpose(0, 2, 1)))
+        put(b + "attn_v_b.weight", kv_b[:, nope:, :])
+        put(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        put(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        if p + "mlp.gate.weight" in sd:
+            put(b + "ffn_gate_inp.weight", sd[p + "mlp.gate.weight"])
+            put(b + "exp_probs_b.bias", sd[p + "mlp.gate.e_score_correction_bias"])
+            for src, dst in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"),
+                             ("down_proj", "ffn_down_exps")):
+                put(f"{b}{dst}.weight",
+                    np.stack([sd[f"{p}mlp.experts.{e}.{src}.weight"]
+                              for e in range(c.n_routed_experts)]))
+            for src, dst in (("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"),
+                             ("down_proj", "ffn_down_shexp")):
+                put(f"{b}{dst}.weight", sd[f"{p}mlp.shared_experts.{src}.weight"])
+        else:
+            put(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+            put(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+            put(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+    put("output_norm.weight", sd["model.norm.weight"])
+    put("output.weight", sd["lm_head.weight"])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -667,7 +801,7 @@ def main():
 
     for name, build in (("tiny-llama", tiny_llama), ("tiny-mixtral", tiny_mixtral),
                         ("tiny-qwen2moe", tiny_qwen2moe), ("tiny-qwen3", tiny_qwen3),
-                        ("tiny-qwen3moe", tiny_qwen3moe)):
+                        ("tiny-qwen3moe", tiny_qwen3moe), ("tiny-deepseek", tiny_deepseek)):
         m = build()
         save_hf(m, out, name)
         # Reload what was written, so the reference is computed from the files we ship.
@@ -681,6 +815,21 @@ def main():
         manifest["models"][name] = entry
         print(name, "spread", spread, "margin", entry.get("min_router_margin"), file=sys.stderr)
 
+        if name == "tiny-deepseek":
+            entry["greedy"] = greedy_entry(m, ref, name)
+            gpath = os.path.join(out, f"{name}-f32.gguf")
+            write_deepseek_gguf(m, gpath)
+            gentry = {"path": f"{name}-f32.gguf", "format": "gguf", "prompts": prompts,
+                      "tensors": entry["tensors"], "rerun_max_abs_diff": spread,
+                      "greedy": entry["greedy"]}
+            try:
+                g = load_gguf_model(gpath)
+                gentry["transformers_gguf"] = max(
+                    float(np.abs(logits_of(g, ids) - logits_of(m, ids)).max())
+                    for ids in TINY_PROMPTS.values())
+            except Exception as e:  # noqa: BLE001 - recorded, not fatal
+                gentry["transformers_gguf"] = f"not loadable: {type(e).__name__}"
+            manifest["models"][f"{name}-f32.gguf"] = gentry
         if name.startswith("tiny-qwen3"):
             entry["greedy"] = greedy_entry(m, ref, name)
             # The same checkpoint as GGUF. Its reference is the safetensors model's logits

@@ -1,4 +1,4 @@
-// Builtin models: tiny Llama and Mixtral checkpoints generated from a fixed seed.
+// Builtin models: tiny Llama, Mixtral and DeepSeek-V3 checkpoints generated from a fixed seed.
 //
 // Generator. Every value is a pure function of (seed, tensor name, element index): a
 // counter-based splitmix64 (key = mix(seed ^ fnv1a64(name)), draw i = mix(key + (i+1)·φ64))
@@ -14,6 +14,12 @@
 //               RMSNorm ε 1e-5, max positions 4096.
 //   tiny-moe:   MixtralForCausalLM, same attention, 8 experts of MLP 256, top-2, softmax
 //               router with the top-k renormalized.
+//   tiny-deepseek: DeepseekV3ForCausalLM, same vocabulary, hidden, 4 layers, 8 heads; MLA
+//               with q_lora_rank 96, kv_lora_rank 64, per head 32 nope + 16 rope (not
+//               interleaved), v_head_dim 32; layer 0 dense (MLP 688, first_k_dense_replace
+//               1), layers 1-3 MoE: 16 routed experts of MLP 128 in 4 groups, 2 groups kept,
+//               top-4 by sigmoid score + e_score_correction_bias (σ 0.05), gates renormalized
+//               and × routed_scaling_factor 2.5, one shared expert of MLP 128.
 //
 // Scales (x is the RMS-normalised input, rms ≈ 1):
 //   q, k         σ = 1.2/√in   → scores q·k/√32 with std ≈ 1.4: attention neither uniform
@@ -21,6 +27,10 @@
 //   v, gate, up  σ = 1/√in     → unit-scale projections
 //   o, down      σ = 0.5/√in   → each block adds ≈ 0.5 rms to the residual, so after 4
 //                               layers the residual has grown ~1.7×, not exploded
+//                               (tiny-deepseek's routed experts 0.2/√in: their gates sum
+//                               to 2.5)
+//   MLA          q_a, kv_a 1/√in; q_b 1.2/√in (scores of the same spread as q, k above);
+//                kv_b 1/√in; low-rank norms 1 + 0.1·z
 //   router       σ = 1/√in     (column 0 ×0.1, see below) → router logits with std ≈ 1:
 //                               routing depends on content, with clear top-2 choices
 //   norms        1 + 0.1·z     → non-trivial (an engine that ignores them is caught)
@@ -122,10 +132,46 @@ float class_weight(int32_t id) {
   return -2.0f;
 }
 
-LoadedModel build(bool moe) {
+enum class Kind { kDense, kMoe, kDeepseek };
+
+// DeepSeek-V3 attention (MLA) and MoE block of layer prefix p (tiny-deepseek).
+void deepseek_layer(Builder& b, const ModelConfig& c, const std::string& p, bool moe) {
+  const int64_t h = c.hidden, nh = c.heads, qk = c.qk_head_dim();
+  b.linear(p + "self_attn.q_a_proj.weight", c.q_lora_rank, h, 1.0f);
+  b.norm(p + "self_attn.q_a_layernorm.weight", c.q_lora_rank);
+  b.linear(p + "self_attn.q_b_proj.weight", nh * qk, c.q_lora_rank, 1.2f);
+  b.linear(p + "self_attn.kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_dim, h, 1.0f);
+  b.norm(p + "self_attn.kv_a_layernorm.weight", c.kv_lora_rank);
+  b.linear(p + "self_attn.kv_b_proj.weight", nh * (c.qk_nope_dim + c.v_head_dim), c.kv_lora_rank,
+           1.2f);
+  b.linear(p + "self_attn.o_proj.weight", h, nh * c.v_head_dim, 0.5f);
+  if (!moe) {
+    b.linear(p + "mlp.gate_proj.weight", c.ffn, h, 1.0f);
+    b.linear(p + "mlp.up_proj.weight", c.ffn, h, 1.0f);
+    b.linear(p + "mlp.down_proj.weight", h, c.ffn, 0.5f);
+    return;
+  }
+  const std::string m = p + "mlp.";
+  b.linear(m + "gate.weight", c.experts, h, 1.0f);
+  HostTensor& router = b.m.tensors[m + "gate.weight"];
+  for (int64_t e = 0; e < c.experts; ++e) router.data[e * h] *= 0.1f;
+  b.random(m + "gate.e_score_correction_bias", {c.experts}, 0.05f);
+  for (int e = 0; e < c.experts; ++e) {
+    const std::string ep = m + "experts." + std::to_string(e) + ".";
+    b.linear(ep + "gate_proj.weight", c.moe_ffn, h, 1.0f);
+    b.linear(ep + "up_proj.weight", c.moe_ffn, h, 1.0f);
+    b.linear(ep + "down_proj.weight", h, c.moe_ffn, 0.2f);
+  }
+  b.linear(m + "shared_experts.gate_proj.weight", c.shared_ffn, h, 1.0f);
+  b.linear(m + "shared_experts.up_proj.weight", c.shared_ffn, h, 1.0f);
+  b.linear(m + "shared_experts.down_proj.weight", h, c.shared_ffn, 0.5f);
+}
+
+LoadedModel build(Kind kind) {
+  const bool moe = kind == Kind::kMoe;
   Builder b;
   ModelConfig& c = b.m.config;
-  c.arch = moe ? Arch::kMixtral : Arch::kLlama;
+  c.arch = kind == Kind::kDeepseek ? Arch::kDeepseekV3 : moe ? Arch::kMixtral : Arch::kLlama;
   c.vocab = kByteVocab;
   c.hidden = 256;
   c.layers = 4;
@@ -146,6 +192,29 @@ LoadedModel build(bool moe) {
     c.norm_topk_prob = true;
     c.scoring = RouterScoring::kSoftmax;
   }
+  if (kind == Kind::kDeepseek) {
+    c.kv_heads = c.heads;
+    c.mla = true;
+    c.q_lora_rank = 96;
+    c.kv_lora_rank = 64;
+    c.qk_nope_dim = 32;
+    c.qk_rope_dim = 16;
+    c.head_dim = c.qk_rope_dim;
+    c.v_head_dim = 32;
+    c.rope_interleave = false;
+    c.lora_norm_eps = 1e-6f;
+    c.experts = 16;
+    c.top_k = 4;
+    c.moe_ffn = 128;
+    c.shared_ffn = 128;
+    c.norm_topk_prob = true;
+    c.scoring = RouterScoring::kSigmoid;
+    c.router_bias = true;
+    c.n_group = 4;
+    c.topk_group = 2;
+    c.routed_scaling = 2.5f;
+    c.mlp_only_layers = {0};  // first_k_dense_replace 1
+  }
   const int64_t h = c.hidden, q_out = int64_t{c.heads} * c.head_dim,
                 kv_out = int64_t{c.kv_heads} * c.head_dim;
 
@@ -156,6 +225,10 @@ LoadedModel build(bool moe) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     b.norm(p + "input_layernorm.weight", h);
     b.norm(p + "post_attention_layernorm.weight", h);
+    if (kind == Kind::kDeepseek) {
+      deepseek_layer(b, c, p, c.is_moe_layer(l));
+      continue;
+    }
     b.linear(p + "self_attn.q_proj.weight", q_out, h, 1.2f);
     b.linear(p + "self_attn.k_proj.weight", kv_out, h, 1.2f);
     b.linear(p + "self_attn.v_proj.weight", kv_out, h, 1.0f);
@@ -195,16 +268,20 @@ LoadedModel build(bool moe) {
 
 }  // namespace
 
-std::vector<std::string> builtin_model_names() { return {"tiny-dense", "tiny-moe"}; }
+std::vector<std::string> builtin_model_names() {
+  return {"tiny-dense", "tiny-moe", "tiny-deepseek"};
+}
 
 Result<LoadedModel> load_builtin(std::string_view name) {
-  if (name != "tiny-dense" && name != "tiny-moe") {
+  if (name != "tiny-dense" && name != "tiny-moe" && name != "tiny-deepseek") {
     std::string known;
     for (const std::string& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
     return make_error(ErrorCode::kNotFound, "builtin:" + std::string(name) +
                                                 ": no such builtin model (known: " + known + ")");
   }
-  LoadedModel m = build(name == "tiny-moe");
+  LoadedModel m = build(name == "tiny-moe"        ? Kind::kMoe
+                        : name == "tiny-deepseek" ? Kind::kDeepseek
+                                                  : Kind::kDense);
   m.identity = "builtin:" + std::string(name);
   m.source = m.identity;
   return m;

@@ -10,7 +10,14 @@
 //     expert; qwen2moe's ffn_gate_inp_shexp ([H]) becomes shared_expert_gate.weight [1, H];
 //   - qwen3 / qwen3moe: attn_{q,k}_norm are self_attn.{q,k}_norm; Q/K are not permuted
 //     (llama.cpp runs them with NEOX RoPE, HF's rotate_half layout).
+//   - deepseek2 (DeepSeek-V2/V3): MLA tensors attn_q_a / attn_q_a_norm / attn_q_b (or attn_q),
+//     attn_kv_a_mqa / attn_kv_a_norm, and attn_kv_b or, as newer converters write it for
+//     the absorbed form, attn_k_b ([heads, kv_lora, nope] in HF order: W_UK transposed per
+//     head) and attn_v_b ([heads, v, kv_lora]), joined back into kv_b_proj; exp_probs_b.bias
+//     is e_score_correction_bias; *_shexp are shared_experts.*. Rope rows are not permuted:
+//     llama.cpp rotates adjacent pairs for deepseek2, HF's rope_interleave layout.
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <regex>
 
@@ -43,12 +50,110 @@ bool has_tensor(const GgufFile& f, const std::string& name) {
   return false;
 }
 
+Status bad_gguf(const GgufFile& f, const std::string& what) {
+  return make_error(ErrorCode::kBadModel, f.path() + ": " + what);
+}
+
+// deepseek2's attention and MoE metadata, as llama.cpp's converter writes it (MLA as MQA:
+// key_length = kv_lora + rope, value_length = kv_lora, the per-head sizes in
+// key_length_mla / value_length_mla; older files: key_length / value_length per head).
+Status deepseek2_config(const GgufFile& f, ModelConfig* out) {
+  ModelConfig& c = *out;
+  const std::string a = "deepseek2.";
+  c.arch = Arch::kDeepseekV3;
+  c.mla = true;
+  c.kv_heads = c.heads;
+  RETURN_IF_ERROR(opt_int(f, a + "attention.q_lora_rank", &c.q_lora_rank, false));
+  RETURN_IF_ERROR(opt_int(f, a + "attention.kv_lora_rank", &c.kv_lora_rank, true));
+  RETURN_IF_ERROR(opt_int(f, a + "rope.dimension_count", &c.qk_rope_dim, true));
+  int32_t k_len = 0, v_len = 0;
+  const bool mla_keys = f.find(a + "attention.key_length_mla") != nullptr;
+  RETURN_IF_ERROR(opt_int(f, a + (mla_keys ? "attention.key_length_mla" : "attention.key_length"),
+                          &k_len, true));
+  RETURN_IF_ERROR(opt_int(f,
+                          a + (mla_keys ? "attention.value_length_mla" : "attention.value_length"),
+                          &v_len, true));
+  c.qk_nope_dim = k_len - c.qk_rope_dim;
+  c.v_head_dim = v_len;
+  c.head_dim = c.qk_rope_dim;
+  c.rope_interleave = true;  // llama.cpp's deepseek2 rotates adjacent pairs
+  if (c.q_lora_rank < 0 || c.kv_lora_rank <= 0 || c.qk_rope_dim <= 0 || c.qk_rope_dim % 2 ||
+      c.qk_nope_dim <= 0 || c.v_head_dim <= 0 || c.kv_lora_rank > (1 << 20) ||
+      c.q_lora_rank > (1 << 20) || k_len > 8192 || v_len > 4096)
+    return bad_gguf(f, "MLA sizes out of range (q_lora_rank " + std::to_string(c.q_lora_rank) +
+                           ", kv_lora_rank " + std::to_string(c.kv_lora_rank) + ", key length " +
+                           std::to_string(k_len) + ", rope dims " +
+                           std::to_string(c.qk_rope_dim) + " (even, below the key length), "
+                           "value length " + std::to_string(v_len) + ")");
+  int32_t dense = 0, shared = 0, gating = 2;
+  RETURN_IF_ERROR(opt_int(f, a + "leading_dense_block_count", &dense, false));
+  if (dense < 0 || dense > c.layers)
+    return bad_gguf(f, "metadata " + a + "leading_dense_block_count " + std::to_string(dense) +
+                           " not in 0.." + std::to_string(c.layers));
+  RETURN_IF_ERROR(opt_int(f, a + "expert_count", &c.experts, true));
+  RETURN_IF_ERROR(opt_int(f, a + "expert_used_count", &c.top_k, true));
+  RETURN_IF_ERROR(opt_int(f, a + "expert_feed_forward_length", &c.moe_ffn, true));
+  RETURN_IF_ERROR(opt_int(f, a + "expert_shared_count", &shared, false));
+  if (shared < 0 || shared > 4096)
+    return bad_gguf(f, "metadata " + a + "expert_shared_count " + std::to_string(shared) +
+                           " out of range");
+  c.shared_ffn = shared * c.moe_ffn;
+  RETURN_IF_ERROR(opt_int(f, a + "expert_gating_func", &gating, false));
+  if (gating != 2)
+    return make_error(ErrorCode::kUnsupported,
+                      f.path() + ": metadata " + a + "expert_gating_func " +
+                          std::to_string(gating) + " is not supported (only 2, sigmoid)");
+  c.scoring = RouterScoring::kSigmoid;
+  c.norm_topk_prob = false;  // the converter writes expert_weights_norm only when true
+  if (f.find(a + "expert_weights_norm")) {
+    ASSIGN_OR_RETURN(c.norm_topk_prob, f.get_bool(a + "expert_weights_norm"));
+  }
+  c.routed_scaling = 1.0f;
+  if (f.find(a + "expert_weights_scale")) {
+    ASSIGN_OR_RETURN(double scale, f.get_float(a + "expert_weights_scale"));
+    if (!(scale > 0) || scale > 1e6)
+      return bad_gguf(f, "metadata " + a + "expert_weights_scale must be positive");
+    c.routed_scaling = static_cast<float>(scale);
+  }
+  c.n_group = 1;
+  c.topk_group = 1;
+  RETURN_IF_ERROR(opt_int(f, a + "expert_group_count", &c.n_group, false));
+  RETURN_IF_ERROR(opt_int(f, a + "expert_group_used_count", &c.topk_group, false));
+  if (c.n_group < 1 || c.topk_group < 1 || c.topk_group > c.n_group || c.experts <= 0 ||
+      c.experts % c.n_group != 0 || (c.n_group > 1 && c.experts / c.n_group < 2) ||
+      int64_t{c.topk_group} * (c.experts / c.n_group) < c.top_k)
+    return bad_gguf(f, "metadata " + a + "expert_group_count " + std::to_string(c.n_group) +
+                           " / expert_group_used_count " + std::to_string(c.topk_group) +
+                           " do not fit " + std::to_string(c.experts) + " experts, " +
+                           std::to_string(c.top_k) + " used");
+  c.router_bias = has_tensor(f, "blk." + std::to_string(dense) + ".exp_probs_b.bias");
+  for (int32_t l = 0; l < dense; ++l) c.mlp_only_layers.push_back(l);
+  return Status::Ok();
+}
+
+// Head sizes of the architectures with plain (GQA) attention.
+Status dense_attention_config(const GgufFile& f, const std::string& a, ModelConfig* out) {
+  ModelConfig& c = *out;
+  c.head_dim = c.heads > 0 ? c.hidden / c.heads : 0;
+  RETURN_IF_ERROR(opt_int(f, a + "attention.key_length", &c.head_dim, false));
+  int32_t v_len = c.head_dim, rot = c.head_dim;
+  RETURN_IF_ERROR(opt_int(f, a + "attention.value_length", &v_len, false));
+  RETURN_IF_ERROR(opt_int(f, a + "rope.dimension_count", &rot, false));
+  if (v_len != c.head_dim || rot != c.head_dim)
+    return make_error(ErrorCode::kUnsupported,
+                      f.path() + ": key length " + std::to_string(c.head_dim) + ", value length " +
+                          std::to_string(v_len) + ", rotary dims " + std::to_string(rot) +
+                          " differ (only full-width RoPE with equal K/V head sizes)");
+  return Status::Ok();
+}
+
 Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name) {
   ModelConfig c;
   const std::string a = arch_name + ".";
   c.arch = arch_name == "qwen2moe"   ? Arch::kQwen2Moe
            : arch_name == "qwen3"    ? Arch::kQwen3
            : arch_name == "qwen3moe" ? Arch::kQwen3Moe
+           : arch_name == "deepseek2" ? Arch::kDeepseekV3
                                      : Arch::kLlama;
   c.qk_norm = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe;
   RETURN_IF_ERROR(opt_int(f, a + "embedding_length", &c.hidden, true));
@@ -63,17 +168,13 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
   }
   c.kv_heads = c.heads;
   RETURN_IF_ERROR(opt_int(f, a + "attention.head_count_kv", &c.kv_heads, false));
-  c.head_dim = c.heads > 0 ? c.hidden / c.heads : 0;
-  RETURN_IF_ERROR(opt_int(f, a + "attention.key_length", &c.head_dim, false));
-  int32_t v_len = c.head_dim, rot = c.head_dim;
-  RETURN_IF_ERROR(opt_int(f, a + "attention.value_length", &v_len, false));
-  RETURN_IF_ERROR(opt_int(f, a + "rope.dimension_count", &rot, false));
-  if (v_len != c.head_dim || rot != c.head_dim)
-    return make_error(ErrorCode::kUnsupported,
-                      f.path() + ": key length " + std::to_string(c.head_dim) + ", value length " +
-                          std::to_string(v_len) + ", rotary dims " + std::to_string(rot) +
-                          " differ (only full-width RoPE with equal K/V head sizes)");
+  if (arch_name == "deepseek2") {
+    RETURN_IF_ERROR(deepseek2_config(f, &c));
+  } else {
+    RETURN_IF_ERROR(dense_attention_config(f, a, &c));
+  }
   RETURN_IF_ERROR(opt_int(f, a + "feed_forward_length", &c.ffn, false));
+
   c.max_positions = 2048;
   RETURN_IF_ERROR(opt_int(f, a + "context_length", &c.max_positions, false));
   if (f.find(a + "rope.freq_base")) {
@@ -105,6 +206,13 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
   RETURN_IF_ERROR(opt_int(f, "tokenizer.ggml.bos_token_id", &c.bos, false));
   RETURN_IF_ERROR(opt_int(f, "tokenizer.ggml.eos_token_id", &c.eos, false));
 
+  if (c.arch == Arch::kDeepseekV3) {
+    if (has_tensor(f, "blk.0.attn_q_a.bias") || has_tensor(f, "blk.0.attn_kv_a_mqa.bias"))
+      return make_error(ErrorCode::kUnsupported,
+                        f.path() + ": deepseek2 with attention biases is not supported");
+    RETURN_IF_ERROR(loaders::check_config(c, f.path()));
+    return c;
+  }
   int32_t experts = 0;
   RETURN_IF_ERROR(opt_int(f, a + "expert_count", &experts, false));
   if (experts > 0 && c.arch == Arch::kQwen3)
@@ -175,6 +283,7 @@ struct Mapped {
   int permute_heads = 0;   // > 0: reverse-permute rows with this many heads
   bool expand_row = false; // [H] → [1, H]
   std::string expert_fmt;  // stacked experts: HF name with "{}" for the expert index
+  int kv_b_part = 0;       // deepseek2 attn_k_b (1) / attn_v_b (2): parts of kv_b_proj
 };
 
 // llama.cpp name → HF name, for the architecture of `c`. Unknown names return false.
@@ -206,6 +315,27 @@ bool map_name(const ModelConfig& c, const std::string& name, Mapped* m) {
       {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
       {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
   };
+  if (c.arch == Arch::kDeepseekV3) {
+    static const std::map<std::string, std::string> kMla = {
+        {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+        {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+        {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+        {"attn_q.weight", "self_attn.q_proj.weight"},
+        {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+        {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+        {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
+        {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
+        {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
+        {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
+        {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
+    };
+    if (auto it = kMla.find(rest); it != kMla.end()) return m->hf = p + it->second, true;
+    if (rest == "attn_k_b.weight" || rest == "attn_v_b.weight") {
+      m->hf = p + "self_attn.kv_b_proj.weight";
+      m->kv_b_part = rest == "attn_k_b.weight" ? 1 : 2;
+      return true;
+    }
+  }
   if (auto it = kSimple.find(rest); it != kSimple.end()) return m->hf = p + it->second, true;
   if (rest == "attn_q.weight" || rest == "attn_k.weight") {
     m->hf = p + (rest == "attn_q.weight" ? "self_attn.q_proj.weight" : "self_attn.k_proj.weight");
@@ -325,16 +455,41 @@ std::shared_ptr<const StoredTensor> stored_rows(const GgufTensorInfo& t, const u
   return st;
 }
 
+// kv_b_proj [heads × (nope + v), kv_lora] from attn_k_b ([heads, kv_lora, nope]: W_UK
+// transposed per head) and attn_v_b ([heads, v, kv_lora]).
+Result<HostTensor> join_kv_b(const ModelConfig& c, const std::string& name,
+                             const std::array<HostTensor, 2>& parts, const std::string& path) {
+  const int64_t nh = c.heads, kl = c.kv_lora_rank, nope = c.qk_nope_dim, vd = c.v_head_dim;
+  const std::vector<int64_t> want_k{nh, kl, nope}, want_v{nh, vd, kl};
+  if (parts[0].shape != want_k || parts[1].shape != want_v)
+    return make_error(ErrorCode::kShapeMismatch,
+                      path + ": " + name + " parts attn_k_b / attn_v_b have shapes " +
+                          loaders::shape_string(parts[0].shape) + " / " +
+                          loaders::shape_string(parts[1].shape) + ", expected " +
+                          loaders::shape_string(want_k) + " / " + loaders::shape_string(want_v));
+  HostTensor out;
+  out.shape = {nh * (nope + vd), kl};
+  out.data.resize(static_cast<size_t>(out.numel()));
+  for (int64_t h = 0; h < nh; ++h) {
+    float* base = out.data.data() + h * (nope + vd) * kl;
+    const float* kb = parts[0].data.data() + h * kl * nope;
+    for (int64_t i = 0; i < nope; ++i)
+      for (int64_t j = 0; j < kl; ++j) base[i * kl + j] = kb[j * nope + i];
+    std::copy_n(parts[1].data.data() + h * vd * kl, vd * kl, base + nope * kl);
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<LoadedModel> load_gguf(const std::string& path, const ModelLoadOptions& options) {
   ASSIGN_OR_RETURN(GgufFile f, GgufFile::open(path));
   ASSIGN_OR_RETURN(std::string arch_name, f.get_string("general.architecture"));
   if (arch_name != "llama" && arch_name != "qwen2moe" && arch_name != "qwen3" &&
-      arch_name != "qwen3moe")
+      arch_name != "qwen3moe" && arch_name != "deepseek2")
     return make_error(ErrorCode::kUnsupported,
                       path + ": general.architecture " + arch_name +
-                          " is not supported (llama, qwen2moe, qwen3, qwen3moe)");
+                          " is not supported (llama, qwen2moe, qwen3, qwen3moe, deepseek2)");
   ASSIGN_OR_RETURN(ModelConfig config, gguf_config(f, arch_name));
 
   LoadedModel model;
@@ -350,6 +505,7 @@ Result<LoadedModel> load_gguf(const std::string& path, const ModelLoadOptions& o
   }
 
   size_t bf16 = 0, other = 0;
+  std::map<std::string, std::array<HostTensor, 2>> kv_b_parts;  // deepseek2 attn_k_b, attn_v_b
   for (const GgufTensorInfo* t : order) {
     const std::string where = path + ": tensor " + t->name;
     Mapped m;
@@ -361,6 +517,7 @@ Result<LoadedModel> load_gguf(const std::string& path, const ModelLoadOptions& o
     HostTensor ht;
     ht.shape = hf_shape(*t);
     if (options.keep_quantized && (t->ne.size() == 2 || t->ne.size() == 3) && !m.expand_row &&
+        m.kv_b_part == 0 &&
         kept_as_stored(t->type, t->ne[0])) {
       (t->type == static_cast<uint32_t>(GgmlType::kBF16) ? bf16 : other)++;
       const int64_t cols = ht.shape.back();
@@ -409,6 +566,13 @@ Result<LoadedModel> load_gguf(const std::string& path, const ModelLoadOptions& o
       reverse_permute(&ht, m.permute_heads);
     }
     if (m.expand_row) ht.shape.insert(ht.shape.begin(), 1);
+    if (m.kv_b_part > 0) {
+      HostTensor& slot = kv_b_parts[m.hf][m.kv_b_part - 1];
+      if (!slot.shape.empty())
+        return make_error(ErrorCode::kBadModel, where + ": appears twice");
+      slot = std::move(ht);
+      continue;
+    }
     if (!m.expert_fmt.empty()) {
       if (ht.shape.size() != 3 || ht.shape[0] != config.experts)
         return make_error(ErrorCode::kShapeMismatch,
@@ -425,6 +589,12 @@ Result<LoadedModel> load_gguf(const std::string& path, const ModelLoadOptions& o
     }
     if (!model.tensors.emplace(m.hf, std::move(ht)).second)
       return make_error(ErrorCode::kBadModel, where + ": maps to " + m.hf + " twice");
+  }
+  for (auto& [name, parts] : kv_b_parts) {
+    ASSIGN_OR_RETURN(HostTensor kv_b, join_kv_b(config, name, parts, path));
+    if (!model.tensors.emplace(name, std::move(kv_b)).second)
+      return make_error(ErrorCode::kBadModel,
+                        path + ": " + name + " given both whole (attn_kv_b) and split");
   }
   RETURN_IF_ERROR(loaders::check_tensors(config, model.tensors, path));
   if (bf16 > 0 && other == 0) config.weight_type = kernels::WeightType::kBF16;

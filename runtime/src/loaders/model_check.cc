@@ -17,10 +17,25 @@ std::map<std::string, std::vector<int64_t>> expected_tensors(const ModelConfig& 
     const std::string p = "model.layers." + std::to_string(l) + ".";
     t[p + "input_layernorm.weight"] = {h};
     t[p + "post_attention_layernorm.weight"] = {h};
-    t[p + "self_attn.q_proj.weight"] = {q, h};
-    t[p + "self_attn.k_proj.weight"] = {kv, h};
-    t[p + "self_attn.v_proj.weight"] = {kv, h};
-    t[p + "self_attn.o_proj.weight"] = {h, q};
+    if (c.mla) {
+      const int64_t nh = c.heads, qk = c.qk_head_dim(), kl = c.kv_lora_rank, ql = c.q_lora_rank;
+      if (ql > 0) {
+        t[p + "self_attn.q_a_proj.weight"] = {ql, h};
+        t[p + "self_attn.q_a_layernorm.weight"] = {ql};
+        t[p + "self_attn.q_b_proj.weight"] = {nh * qk, ql};
+      } else {
+        t[p + "self_attn.q_proj.weight"] = {nh * qk, h};
+      }
+      t[p + "self_attn.kv_a_proj_with_mqa.weight"] = {kl + c.qk_rope_dim, h};
+      t[p + "self_attn.kv_a_layernorm.weight"] = {kl};
+      t[p + "self_attn.kv_b_proj.weight"] = {nh * (c.qk_nope_dim + c.v_head_dim), kl};
+      t[p + "self_attn.o_proj.weight"] = {h, nh * c.v_head_dim};
+    } else {
+      t[p + "self_attn.q_proj.weight"] = {q, h};
+      t[p + "self_attn.k_proj.weight"] = {kv, h};
+      t[p + "self_attn.v_proj.weight"] = {kv, h};
+      t[p + "self_attn.o_proj.weight"] = {h, q};
+    }
     if (c.attention_bias) {
       t[p + "self_attn.q_proj.bias"] = {q};
       t[p + "self_attn.k_proj.bias"] = {kv};
@@ -47,6 +62,7 @@ std::map<std::string, std::vector<int64_t>> expected_tensors(const ModelConfig& 
     } else {
       const std::string m = p + "mlp.";
       t[m + "gate.weight"] = {e, h};
+      if (c.router_bias) t[m + "gate.e_score_correction_bias"] = {e};
       for (int64_t x = 0; x < e; ++x) {
         const std::string ep = m + "experts." + std::to_string(x) + ".";
         t[ep + "gate_proj.weight"] = {i, h};
@@ -54,9 +70,11 @@ std::map<std::string, std::vector<int64_t>> expected_tensors(const ModelConfig& 
         t[ep + "down_proj.weight"] = {h, i};
       }
       if (s > 0) {
-        t[m + "shared_expert.gate_proj.weight"] = {s, h};
-        t[m + "shared_expert.up_proj.weight"] = {s, h};
-        t[m + "shared_expert.down_proj.weight"] = {h, s};
+        const std::string se =
+            m + (c.arch == Arch::kDeepseekV3 ? "shared_experts." : "shared_expert.");
+        t[se + "gate_proj.weight"] = {s, h};
+        t[se + "up_proj.weight"] = {s, h};
+        t[se + "down_proj.weight"] = {h, s};
         if (c.shared_expert_gate) t[m + "shared_expert_gate.weight"] = {1, h};
       }
     }

@@ -211,6 +211,90 @@ class ConfigReader {
   std::string where_;
 };
 
+// DeepSeek-V3: MLA and the noaux_tc router. Keys the engine does not implement are refused
+// by name (exit 2) rather than ignored.
+Status parse_deepseek_fields(const json& j, const std::string& where, ModelConfig* out) {
+  ModelConfig& c = *out;
+  ConfigReader r(j, where);
+  auto unsupported = [&](const std::string& what) {
+    return make_error(ErrorCode::kUnsupported, where + ": " + what);
+  };
+  c.mla = true;
+  c.q_lora_rank = 0;  // null: q_proj
+  RETURN_IF_ERROR(r.int_field("q_lora_rank", &c.q_lora_rank, false));
+  RETURN_IF_ERROR(r.int_field("kv_lora_rank", &c.kv_lora_rank, true));
+  RETURN_IF_ERROR(r.int_field("qk_nope_head_dim", &c.qk_nope_dim, true));
+  RETURN_IF_ERROR(r.int_field("qk_rope_head_dim", &c.qk_rope_dim, true));
+  RETURN_IF_ERROR(r.int_field("v_head_dim", &c.v_head_dim, true));
+  c.head_dim = c.qk_rope_dim;  // the RoPE width (DeepseekV3Config sets head_dim so)
+  c.rope_interleave = true;     // DeepseekV3Config's default
+  RETURN_IF_ERROR(r.bool_field("rope_interleave", &c.rope_interleave));
+  if (c.q_lora_rank < 0 || c.kv_lora_rank <= 0 || c.qk_nope_dim <= 0 || c.qk_rope_dim <= 0 ||
+      c.qk_rope_dim % 2 != 0 || c.v_head_dim <= 0 || c.q_lora_rank > (1 << 20) ||
+      c.kv_lora_rank > (1 << 20) || c.qk_nope_dim > 4096 || c.qk_rope_dim > 4096 ||
+      c.v_head_dim > 4096)
+    return make_error(ErrorCode::kBadModel,
+                      where + ": MLA sizes out of range (q_lora_rank " +
+                          std::to_string(c.q_lora_rank) + ", kv_lora_rank " +
+                          std::to_string(c.kv_lora_rank) + ", qk_nope_head_dim " +
+                          std::to_string(c.qk_nope_dim) + ", qk_rope_head_dim " +
+                          std::to_string(c.qk_rope_dim) + " (even), v_head_dim " +
+                          std::to_string(c.v_head_dim) + ")");
+  if (j.contains("scoring_func") && j["scoring_func"] != "sigmoid")
+    return unsupported("scoring_func " + safeio::dump_short(j["scoring_func"]) +
+                       " is not supported (only \"sigmoid\")");
+  if (j.contains("topk_method") && j["topk_method"] != "noaux_tc")
+    return unsupported("topk_method " + safeio::dump_short(j["topk_method"]) +
+                       " is not supported (only \"noaux_tc\")");
+  int32_t freq = 1;
+  RETURN_IF_ERROR(r.int_field("moe_layer_freq", &freq, false));
+  if (freq != 1)
+    return unsupported("moe_layer_freq " + std::to_string(freq) + " is not supported (only 1)");
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    return unsupported("hidden_act " + safeio::dump_short(j["hidden_act"]) + " (only silu)");
+  RETURN_IF_ERROR(r.int_field("n_routed_experts", &c.experts, true));
+  RETURN_IF_ERROR(r.int_field("num_experts_per_tok", &c.top_k, true));
+  RETURN_IF_ERROR(r.int_field("moe_intermediate_size", &c.moe_ffn, true));
+  int32_t shared = 0, first_dense = 0;
+  RETURN_IF_ERROR(r.int_field("n_shared_experts", &shared, false));
+  if (shared < 0 || shared > 4096)
+    return make_error(ErrorCode::kBadModel,
+                      where + ": n_shared_experts " + std::to_string(shared) + " out of range");
+  c.shared_ffn = shared * c.moe_ffn;
+  c.shared_expert_gate = false;
+  RETURN_IF_ERROR(r.int_field("first_k_dense_replace", &first_dense, false));
+  if (first_dense < 0 || first_dense > c.layers)
+    return make_error(ErrorCode::kBadModel, where + ": first_k_dense_replace " +
+                                                std::to_string(first_dense) + " not in 0.." +
+                                                std::to_string(c.layers));
+  for (int32_t l = 0; l < first_dense; ++l) c.mlp_only_layers.push_back(l);
+  c.norm_topk_prob = true;
+  RETURN_IF_ERROR(r.bool_field("norm_topk_prob", &c.norm_topk_prob));
+  c.scoring = RouterScoring::kSigmoid;
+  c.router_bias = true;
+  c.n_group = 1;
+  c.topk_group = 1;
+  RETURN_IF_ERROR(r.int_field("n_group", &c.n_group, false));
+  RETURN_IF_ERROR(r.int_field("topk_group", &c.topk_group, false));
+  if (c.n_group < 1 || c.topk_group < 1 || c.topk_group > c.n_group || c.experts <= 0 ||
+      c.experts % c.n_group != 0 || (c.n_group > 1 && c.experts / c.n_group < 2) ||
+      int64_t{c.topk_group} * (c.experts / c.n_group) < c.top_k)
+    return make_error(ErrorCode::kBadModel,
+                      where + ": n_group " + std::to_string(c.n_group) + " / topk_group " +
+                          std::to_string(c.topk_group) + " do not fit n_routed_experts " +
+                          std::to_string(c.experts) + " and num_experts_per_tok " +
+                          std::to_string(c.top_k) +
+                          " (groups must divide the experts, hold at least 2, and the chosen "
+                          "groups at least num_experts_per_tok experts)");
+  double scale = 1.0;
+  RETURN_IF_ERROR(r.num_field("routed_scaling_factor", &scale, false));
+  if (!(scale > 0) || scale > 1e6)
+    return make_error(ErrorCode::kBadModel, where + ": routed_scaling_factor " +
+                                                std::to_string(scale) + " must be positive");
+  c.routed_scaling = static_cast<float>(scale);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& where) {
@@ -243,12 +327,16 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
   } else if (arch_name == "Qwen3MoeForCausalLM" ||
              (arch_name.empty() && model_type == "qwen3_moe")) {
     c.arch = Arch::kQwen3Moe;
+  } else if (arch_name == "DeepseekV3ForCausalLM" ||
+             (arch_name.empty() && model_type == "deepseek_v3")) {
+    c.arch = Arch::kDeepseekV3;
   } else {
     return make_error(ErrorCode::kUnsupported,
                       where + ": architecture " +
                           (arch_name.empty() ? "(model_type " + model_type + ")" : arch_name) +
                           " is not supported (LlamaForCausalLM, MixtralForCausalLM, "
-                          "Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
+                          "Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+                          "DeepseekV3ForCausalLM)");
   }
   const bool qwen3 = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe;
   c.qk_norm = qwen3;
@@ -297,7 +385,8 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
                       where + ": hidden_act " + safeio::dump_short(j["hidden_act"]) + " (only silu)");
   if (r.truthy("mlp_bias"))
     return make_error(ErrorCode::kUnsupported, where + ": mlp_bias is not supported");
-  if ((c.arch == Arch::kLlama || qwen3) && r.truthy("attention_bias"))
+  if ((c.arch == Arch::kLlama || qwen3 || c.arch == Arch::kDeepseekV3) &&
+      r.truthy("attention_bias"))
     return make_error(ErrorCode::kUnsupported,
                       where + ": attention_bias is not supported for " + llmrr::arch_name(c.arch));
   // Qwen3 configs may mark layers as sliding-window attention (layer_types or
@@ -361,12 +450,27 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
     }
     if (c.experts == 0) c.decoder_sparse_step = 1;
   }
+  if (c.arch == Arch::kDeepseekV3) RETURN_IF_ERROR(parse_deepseek_fields(j, where, &c));
   if (c.experts == 0) c.top_k = 0;
   RETURN_IF_ERROR(loaders::check_config(c, where));
   return c;
 }
 
 namespace {
+
+// "model.layers.N.<...>" with N >= layers.
+bool is_extra_layer(const std::string& name, int32_t layers) {
+  static const std::string kPrefix = "model.layers.";
+  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return false;
+  const size_t dot = name.find('.', kPrefix.size());
+  if (dot == std::string::npos || dot == kPrefix.size() || dot - kPrefix.size() > 6) return false;
+  int64_t n = 0;
+  for (size_t i = kPrefix.size(); i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    n = n * 10 + (name[i] - '0');
+  }
+  return n >= layers;
+}
 
 bool is_file(const std::string& p) {
   struct stat st;
@@ -487,6 +591,9 @@ Result<LoadedModel> load_safetensors_dir(const std::string& dir_in) {
     hasher.add(e.name, e.dtype, e.shape, e.data, e.bytes);
     // Buffers HF registers but never reads as weights.
     if (e.name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    // DeepSeek-V3's multi-token-prediction layers (model.layers.<num_hidden_layers>... on
+    // the Hub) are not part of the causal LM forward; transformers skips them too.
+    if (config.arch == Arch::kDeepseekV3 && is_extra_layer(e.name, config.layers)) continue;
     ASSIGN_OR_RETURN(HostTensor t, to_host(e));
     if (e.shape.size() >= 2) (e.dtype == "BF16" ? bf16_linear : other_linear)++;
     model.tensors.emplace(e.name, std::move(t));
@@ -528,7 +635,8 @@ json config_json(const ModelConfig& c) {
                      : c.arch == Arch::kMixtral  ? "MixtralForCausalLM"
                      : c.arch == Arch::kQwen2Moe ? "Qwen2MoeForCausalLM"
                      : c.arch == Arch::kQwen3    ? "Qwen3ForCausalLM"
-                                                 : "Qwen3MoeForCausalLM";
+                     : c.arch == Arch::kQwen3Moe ? "Qwen3MoeForCausalLM"
+                                                 : "DeepseekV3ForCausalLM";
   j["architectures"] = {arch};
   j["model_type"] = arch_name(c.arch);
   j["vocab_size"] = c.vocab;
@@ -550,6 +658,24 @@ json config_json(const ModelConfig& c) {
     j["intermediate_size"] = c.ffn;
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
+  } else if (c.arch == Arch::kDeepseekV3) {
+    j["intermediate_size"] = c.ffn;
+    j["q_lora_rank"] = c.q_lora_rank > 0 ? json(c.q_lora_rank) : json(nullptr);
+    j["kv_lora_rank"] = c.kv_lora_rank;
+    j["qk_nope_head_dim"] = c.qk_nope_dim;
+    j["qk_rope_head_dim"] = c.qk_rope_dim;
+    j["v_head_dim"] = c.v_head_dim;
+    j["rope_interleave"] = c.rope_interleave;
+    j["n_routed_experts"] = c.experts;
+    j["num_experts_per_tok"] = c.top_k;
+    j["moe_intermediate_size"] = c.moe_ffn;
+    j["n_shared_experts"] = c.moe_ffn > 0 ? c.shared_ffn / c.moe_ffn : 0;
+    j["first_k_dense_replace"] = static_cast<int32_t>(c.mlp_only_layers.size());
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["n_group"] = c.n_group;
+    j["topk_group"] = c.topk_group;
+    j["routed_scaling_factor"] = c.routed_scaling;
+    j["attention_bias"] = false;
   } else if (c.arch == Arch::kMixtral) {
     j["intermediate_size"] = c.moe_ffn;
     j["num_local_experts"] = c.experts;

@@ -22,9 +22,12 @@ enum class Arch : uint8_t {
   kQwen3 = 3,     // Qwen3ForCausalLM: Llama plus per-head q/k RMSNorm before RoPE
   kQwen3Moe = 4,  // Qwen3MoeForCausalLM: q/k norm, softmax router, top-k renormalized by
                   // norm_topk_prob, no shared expert, mlp_only_layers / decoder_sparse_step
+  kDeepseekV3 = 5,  // DeepseekV3ForCausalLM: multi-head latent attention (MLA), sigmoid router
+                    // with a selection bias and group-limited top-k, shared experts, the
+                    // first first_k_dense_replace layers dense
 };
 
-// "llama", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe" (HF model_type).
+// "llama", "mixtral", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v3" (HF model_type).
 const char* arch_name(Arch arch);
 
 enum class RouterScoring : uint8_t { kSoftmax = 0, kSigmoid = 1 };
@@ -65,6 +68,36 @@ struct ModelConfig {
   // `self_attn.{q,k}_norm.weight`, shape [head_dim], one for all heads), after the
   // projection and before RoPE; ε is norm_eps.
   bool qk_norm = false;
+
+  // DeepSeek-V3 multi-head latent attention (mla true; DESIGN.md "Architectures"). q is
+  // q_b_proj(RMSNorm(q_a_proj(x))) (q_proj(x) when q_lora_rank is 0), heads × (nope + rope);
+  // kv_a_proj_with_mqa(x) gives the latent (kv_lora_rank, RMSNorm'd) and one shared rope key
+  // (qk_rope_dim); kv_b_proj [heads × (nope + v_head_dim), kv_lora_rank] expands the latent.
+  // head_dim is qk_rope_dim (the RoPE width); the low-rank norms use lora_norm_eps (HF's
+  // DeepseekV3RMSNorm default). With rope_interleave the rope part rotates interleaved pairs
+  // (2i, 2i+1), written out as transformers' apply_rotary_pos_emb_interleave does.
+  bool mla = false;
+  int32_t q_lora_rank = 0;
+  int32_t kv_lora_rank = 0;
+  int32_t qk_nope_dim = 0;
+  int32_t qk_rope_dim = 0;
+  int32_t v_head_dim = 0;
+  bool rope_interleave = false;
+  float lora_norm_eps = 1e-6f;
+  int32_t qk_head_dim() const { return qk_nope_dim + qk_rope_dim; }
+  // The KV cache row of one position: kv_heads × head_dim, or for MLA one latent row
+  // (kv_lora_rank, then the rope key) that keys and values both read.
+  int32_t cache_heads() const { return mla ? 1 : kv_heads; }
+  int32_t cache_dim() const { return mla ? kv_lora_rank + qk_rope_dim : head_dim; }
+
+  // DeepSeek-V3 routing: selection ranks sigmoid(logit) + e_score_correction_bias (the bias
+  // only selects; gates use the unbiased score), restricted to the topk_group groups (of
+  // n_group equal groups of experts) with the largest sum of their two best biased scores;
+  // gates are multiplied by routed_scaling_factor. n_group 1 / no bias: plain top-k.
+  bool router_bias = false;        // mlp.gate.e_score_correction_bias [experts]
+  int32_t n_group = 1;
+  int32_t topk_group = 1;
+  float routed_scaling = 1.0f;
 
   bool is_moe() const { return experts > 0; }
   // Whether layer `layer` runs the MoE block (else the dense MLP of `ffn`), as HF decides:

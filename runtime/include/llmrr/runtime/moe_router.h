@@ -43,6 +43,30 @@ struct Routing {
   void resize(int64_t rows, int32_t k);
 };
 
+// How gates follow from the scores of the chosen experts: with norm_topk_prob,
+// gate_i = score[e_i] / (Σ_{j<k} score[chosen_j] + denom_eps), else score[e_i]; then × scale
+// (DeepSeek-V3: denom_eps 1e-20 and scale routed_scaling_factor, as transformers computes).
+struct GateRule {
+  bool norm_topk_prob = true;
+  float scale = 1.0f;
+  float denom_eps = 0.0f;
+};
+
+// DeepSeek-V3's selection scores (noaux_tc): out[t, e] = scores[t, e] + bias[e] (bias may be
+// null: 0) for the experts of the topk_group groups (n_group equal, consecutive groups) with
+// the largest sum of their two best biased scores (ties: the lower group), −inf for the
+// others. The bias and the groups only select; gates use the unbiased scores.
+void group_limited_choice(const float* scores, int64_t rows, int32_t experts, const float* bias,
+                          int32_t n_group, int32_t topk_group, float* out);
+
+// As route_tokens below, with the top-k and the reroute order taken from `select` (rows ×
+// experts) and the gates from `scores` by `rule`.
+void route_tokens(const float* select, const float* scores, int64_t rows, int32_t experts,
+                  int32_t k, const GateRule& rule, const CapacityConfig& capacity,
+                  int64_t tokens_for_capacity, Routing* r);
+void compute_gates(const float* scores, int64_t rows, int32_t experts, const GateRule& rule,
+                   Routing* r);
+
 // Top-k of every row of `scores` (rows × experts, already softmaxed / sigmoided) into
 // r->chosen, then capacity and overflow into r->experts / r->outcome, then gates.
 // `tokens_for_capacity` is the batch size the capacity is computed from.

@@ -11,7 +11,8 @@ namespace llmrr {
 
 // Values are stored in traces: append only. Forward order within a layer is the listed
 // order, except that kinds appended later take their place in it (site.cc's kForwardRank):
-// q_norm and k_norm come after v and before attn.core.
+// q_norm and k_norm come after v and before attn.core; MLA's q_a, q_a_norm before attn.q,
+// kv_a, kv_a_norm, q_absorb after attn.v, v_up after attn.core.
 enum class SiteKind : uint8_t {
   kEmbed = 0,        // "embed"            token embedding rows
   kAttnNorm = 1,     // "L3.attn_norm"     RMSNorm before attention          (plan: kRmsNorm)
@@ -41,8 +42,15 @@ enum class SiteKind : uint8_t {
   kLogits = 25,      // "logits"           lm_head, sampled rows only          (plan: kGemm)
   kQNorm = 26,       // "L3.attn.q_norm"   per-head RMSNorm of q, before RoPE (Qwen3)  (plan: kRmsNorm)
   kKNorm = 27,       // "L3.attn.k_norm"   per-head RMSNorm of k, before RoPE (Qwen3)  (plan: kRmsNorm)
+  // DeepSeek-V3 multi-head latent attention (absorbed form, DESIGN.md "Architectures"):
+  kQA = 28,          // "L3.attn.q_a"      q_a_proj: x → q latent (q_lora_rank)      (plan: kGemm)
+  kQANorm = 29,      // "L3.attn.q_a_norm" RMSNorm of the q latent                   (plan: kRmsNorm)
+  kKvA = 30,         // "L3.attn.kv_a"     kv_a_proj_with_mqa: latent + rope key      (plan: kGemm)
+  kKvANorm = 31,     // "L3.attn.kv_a_norm" RMSNorm of the KV latent (what the cache holds) (plan: kRmsNorm)
+  kQAbsorb = 32,     // "L3.attn.q_absorb" q_nope × W_UK per head: the query in latent space (plan: kGemm)
+  kVUp = 33,         // "L3.attn.v_up"     attention latent × W_UV per head: the values (plan: kGemm)
 };
-inline constexpr int kSiteKinds = 28;
+inline constexpr int kSiteKinds = 34;
 
 struct SiteId {
   SiteKind kind = SiteKind::kEmbed;
