@@ -145,7 +145,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Fp32Conformance,
                                            "tiny-qwen3", "tiny-qwen3moe", "tiny-llama-f32.gguf",
                                            "tiny-llama-q8_0.gguf", "tiny-qwen3-f32.gguf",
                                            "tiny-qwen3moe-f32.gguf", "tiny-deepseek",
-                                           "tiny-deepseek-f32.gguf", "builtin-tiny-dense",
+                                           "tiny-deepseek-f32.gguf", "tiny-deepseek-qproj",
+                                           "builtin-tiny-dense",
                                            "builtin-tiny-moe"),
                          [](const auto& info) { return test_name(info.param); });
 
@@ -227,7 +228,7 @@ TEST_P(GreedyConformance, SixteenStepsWithin1e5) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyConformance,
                          ::testing::Values("tiny-qwen3", "tiny-qwen3moe", "tiny-qwen3-f32.gguf",
                                            "tiny-qwen3moe-f32.gguf", "tiny-deepseek",
-                                           "tiny-deepseek-f32.gguf"),
+                                           "tiny-deepseek-f32.gguf", "tiny-deepseek-qproj"),
                          [](const auto& info) { return test_name(info.param); });
 
 // The builtin models' greedy continuation of "hello" equals transformers' on the same

@@ -279,6 +279,61 @@ TEST(Diff, PlantedQkNormPlanIsNamed) {
   EXPECT_NE(replay::format_diff_story(d).find("L1.attn.q_norm"), std::string::npos);
 }
 
+// DeepSeek-V3's absorbed MLA (builtin:tiny-deepseek): the per-head W_UK GEMM run with
+// another split-K at one step, schedule and routing forced to the first run: diff names
+// that step, L1.attn.q_absorb, and the two GEMM plans.
+TEST(Diff, PlantedMlaPlanIsNamed) {
+  const LoadedModel& m = builtin("tiny-deepseek");
+  RunSpec spec;
+  spec.requests = rtest::target_and_load(m, "Latent plan", 8, 4);
+  Recorded a = record(m, spec, temp_path("plant-mla-a.trace"));
+  ASSERT_TRUE(a.ok);
+  int64_t step = -1;
+  for (const ScheduledStep& s : a.mem->steps()) {
+    if (s.step >= 3 && s.segments.size() >= 3) {
+      step = s.step;
+      break;
+    }
+  }
+  ASSERT_GE(step, 0);
+  const SiteId site = *parse_site("L1.attn.q_absorb");
+  PlanTable planted = a.mem->plans();
+  ASSERT_TRUE(planted.find(step, site));
+  const Plan orig = *planted.find(step, site);
+  EXPECT_EQ(orig.op, OpKind::kGemm);
+  Plan changed = orig;
+  changed.splits = orig.splits == 1 ? 2 : 1;  // nope = 32: two halves of 16
+  planted.set(step, site, changed);
+  RunSpec bspec = spec;
+  bspec.policy = "forced";
+  bspec.plans = &planted;
+  rtest::ListSchedule sched;
+  sched.steps = a.mem->steps();
+  bspec.schedule = &sched;
+  rtest::TableRouting routing;
+  for (auto& [k, f] : a.mem->routings()) routing.table[k] = f;
+  bspec.routing = &routing;
+  Recorded b = record(m, bspec, temp_path("plant-mla-b.trace"));
+  ASSERT_TRUE(b.ok);
+
+  DiffReport d = diff_ok(a.path, b.path);
+  EXPECT_FALSE(d.identical());
+  int split = 0;
+  for (const RequestDiff& r : d.requests) {
+    if (!r.root_found) continue;
+    ++split;
+    EXPECT_EQ(r.batch_a.step, step) << "request " << r.a;
+    EXPECT_EQ(r.first_site, "L1.attn.q_absorb") << replay::format_diff_story(d);
+    EXPECT_EQ(r.cause, "plan");
+    ASSERT_FALSE(r.plans.empty());
+    EXPECT_EQ(r.plans[0].site_name, "L1.attn.q_absorb");
+    EXPECT_EQ(r.plans[0].a_text, plan_to_string(orig));
+    EXPECT_EQ(r.plans[0].b_text, plan_to_string(changed));
+  }
+  EXPECT_GE(split, 1) << replay::format_diff_story(d);
+  EXPECT_NE(replay::format_diff_story(d).find("L1.attn.q_absorb"), std::string::npos);
+}
+
 // One routing decision changed: the token's slot goes to another expert. Diff names the
 // step, the combine of that layer, and routing as the cause.
 TEST(Diff, PlantedRoutingIsNamedExactly) {

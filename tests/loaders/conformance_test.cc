@@ -46,7 +46,7 @@ TEST(Conformance, ManifestPresent) {
                            "tiny-qwen3", "tiny-qwen3moe", "tiny-llama-f32.gguf",
                            "tiny-llama-q8_0.gguf", "tiny-qwen3-f32.gguf", "tiny-qwen3moe-f32.gguf",
                            "builtin-tiny-dense", "builtin-tiny-moe", "tiny-deepseek",
-                           "tiny-deepseek-f32.gguf"})
+                           "tiny-deepseek-f32.gguf", "tiny-deepseek-qproj"})
     EXPECT_TRUE(m["models"].contains(name)) << name;
 }
 
@@ -220,6 +220,27 @@ TEST(Conformance, SafetensorsTinyDeepseek) {
   EXPECT_TRUE(c.is_moe_layer(1));
   EXPECT_TRUE(c.is_moe_layer(2));
   expect_tensors_match(*m, model_entry("tiny-deepseek")["tensors"], "tiny-deepseek");
+}
+
+// The other DeepSeek-V3 paths: q_proj (q_lora_rank null), rope not interleaved, n_group 1,
+// norm_topk_prob false, two shared experts, no dense layer.
+TEST(Conformance, SafetensorsTinyDeepseekQproj) {
+  auto m = load_model(fixtures::path("tiny-deepseek-qproj"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, Arch::kDeepseekV3);
+  EXPECT_EQ(c.q_lora_rank, 0);
+  EXPECT_FALSE(c.rope_interleave);
+  EXPECT_EQ(c.n_group, 1);
+  EXPECT_EQ(c.topk_group, 1);
+  EXPECT_TRUE(c.router_bias);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_EQ(c.routed_scaling, 1.5f);
+  EXPECT_EQ(c.shared_ffn, 32);  // 2 x 16
+  EXPECT_TRUE(c.is_moe_layer(0));
+  EXPECT_EQ(m->tensors.at("model.layers.0.self_attn.q_proj.weight").shape,
+            (std::vector<int64_t>{4 * 24, 64}));
+  expect_tensors_match(*m, model_entry("tiny-deepseek-qproj")["tensors"], "tiny-deepseek-qproj");
 }
 
 // deepseek2 GGUF (llama.cpp's converter: MLA as MQA metadata, kv_b_proj split into attn_k_b

@@ -226,6 +226,122 @@ TEST(Gguf, Qwen3RefusalsNameTheKey) {
   expect(b, ErrorCode::kUnsupported, "attention biases");
 }
 
+// A one-layer deepseek2 file as llama.cpp's converter writes it (MLA as MQA metadata, kv_b
+// split into attn_k_b / attn_v_b, one MoE layer with exp_probs_b and a shared expert).
+// Heads 2, kv_lora 4, nope 2, rope 2, v 3, 4 experts of 4 in 2 groups, top-2.
+struct Deepseek2Variant {
+  uint32_t gating = 2, groups = 2;
+  std::string rope_scaling;  // empty: none
+  bool v_b = true;
+};
+GgufBuilder tiny_deepseek2(const Deepseek2Variant& v = {}) {
+  GgufBuilder b;
+  const std::string a = "deepseek2.";
+  b.kv_str("general.architecture", "deepseek2");
+  b.kv_u32(a + "context_length", 32);
+  b.kv_u32(a + "embedding_length", 8);
+  b.kv_u32(a + "block_count", 1);
+  b.kv_u32(a + "feed_forward_length", 16);
+  b.kv_u32(a + "attention.head_count", 2);
+  b.kv_u32(a + "attention.head_count_kv", 1);
+  b.kv_u32(a + "attention.kv_lora_rank", 4);
+  b.kv_u32(a + "attention.key_length", 6);
+  b.kv_u32(a + "attention.value_length", 4);
+  b.kv_u32(a + "attention.key_length_mla", 4);
+  b.kv_u32(a + "attention.value_length_mla", 3);
+  b.kv_u32(a + "rope.dimension_count", 2);
+  b.kv_u32(a + "vocab_size", 6);
+  b.kv_u32(a + "leading_dense_block_count", 0);
+  b.kv_u32(a + "expert_count", 4);
+  b.kv_u32(a + "expert_used_count", 2);
+  b.kv_u32(a + "expert_shared_count", 1);
+  b.kv_u32(a + "expert_feed_forward_length", 4);
+  b.kv_u32(a + "expert_group_count", v.groups);
+  b.kv_u32(a + "expert_group_used_count", 1);
+  b.kv_u32(a + "expert_gating_func", v.gating);
+  if (!v.rope_scaling.empty()) b.kv_str(a + "rope.scaling.type", v.rope_scaling);
+  b.kv_f32(a + "expert_weights_scale", 2.5f);
+  b.kv_bool(a + "expert_weights_norm", true);
+  auto f = [&](const std::string& name, std::vector<uint64_t> ne, float base) {
+    b.f32(name, ne, [base](uint64_t i) { return base + static_cast<float>(i); });
+  };
+  f("token_embd.weight", {8, 6}, 0);
+  f("blk.0.attn_norm.weight", {8}, 0);
+  f("blk.0.attn_q.weight", {8, 8}, 0);             // no q LoRA: [heads × (nope + rope), H]
+  f("blk.0.attn_kv_a_mqa.weight", {8, 6}, 0);      // [kv_lora + rope, H]
+  f("blk.0.attn_kv_a_norm.weight", {4}, 0);
+  f("blk.0.attn_k_b.weight", {2, 4, 2}, 100);      // HF [heads, kv_lora, nope]
+  if (v.v_b) f("blk.0.attn_v_b.weight", {4, 3, 2}, 200);  // HF [heads, v, kv_lora]
+  f("blk.0.attn_output.weight", {6, 8}, 0);
+  f("blk.0.ffn_norm.weight", {8}, 0);
+  f("blk.0.ffn_gate_inp.weight", {8, 4}, 0);
+  f("blk.0.exp_probs_b.bias", {4}, 300);
+  f("blk.0.ffn_gate_exps.weight", {8, 4, 4}, 0);
+  f("blk.0.ffn_up_exps.weight", {8, 4, 4}, 0);
+  f("blk.0.ffn_down_exps.weight", {4, 8, 4}, 0);
+  f("blk.0.ffn_gate_shexp.weight", {8, 4}, 0);
+  f("blk.0.ffn_up_shexp.weight", {8, 4}, 0);
+  f("blk.0.ffn_down_shexp.weight", {4, 8}, 0);
+  f("output_norm.weight", {8}, 0);
+  return b;
+}
+
+TEST(Gguf, Deepseek2Mapping) {
+  TempDir dir;
+  auto m = load_bytes(dir, tiny_deepseek2().build());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->config;
+  EXPECT_EQ(c.arch, Arch::kDeepseekV3);
+  EXPECT_TRUE(c.mla);
+  EXPECT_EQ(c.kv_heads, 2);  // MLA's "MQA" head count is not the model's
+  EXPECT_EQ(c.q_lora_rank, 0);
+  EXPECT_EQ(c.qk_nope_dim, 2);
+  EXPECT_EQ(c.qk_rope_dim, 2);
+  EXPECT_EQ(c.v_head_dim, 3);
+  EXPECT_EQ(c.n_group, 2);
+  EXPECT_EQ(c.topk_group, 1);
+  EXPECT_EQ(c.routed_scaling, 2.5f);
+  EXPECT_TRUE(c.router_bias);
+  EXPECT_EQ(c.shared_ffn, 4);
+  // kv_b_proj joined back: head h rows [W_UK_h (nope rows of kv_lora) ; W_UV_h (v rows)].
+  const HostTensor& kvb = m->tensors.at("model.layers.0.self_attn.kv_b_proj.weight");
+  ASSERT_EQ(kvb.shape, (std::vector<int64_t>{2 * (2 + 3), 4}));
+  // k_b[h][j][i] = 100 + h·8 + j·2 + i lands at row h·5 + i, column j.
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 4; ++j)
+        EXPECT_EQ(kvb.data[(h * 5 + i) * 4 + j], 100.0f + h * 8 + j * 2 + i);
+  // v_b[h][r][j] = 200 + h·12 + r·4 + j at row h·5 + 2 + r.
+  for (int h = 0; h < 2; ++h)
+    for (int r = 0; r < 3; ++r)
+      for (int j = 0; j < 4; ++j)
+        EXPECT_EQ(kvb.data[(h * 5 + 2 + r) * 4 + j], 200.0f + h * 12 + r * 4 + j);
+  EXPECT_EQ(m->tensors.at("model.layers.0.mlp.gate.e_score_correction_bias").data[3], 303.0f);
+  EXPECT_TRUE(m->tensors.count("model.layers.0.mlp.shared_experts.down_proj.weight"));
+}
+
+TEST(Gguf, Deepseek2RefusalsNameTheKey) {
+  TempDir dir;
+  auto expect = [&](const GgufBuilder& b, ErrorCode code, const std::string& part) {
+    auto m = load_bytes(dir, b.build());
+    ASSERT_FALSE(m.ok()) << part;
+    EXPECT_EQ(m.status().code(), code) << m.status().to_string();
+    EXPECT_NE(m.status().message().find(part), std::string::npos) << m.status().to_string();
+  };
+  Deepseek2Variant v;
+  v.gating = 1;
+  expect(tiny_deepseek2(v), ErrorCode::kUnsupported, "deepseek2.expert_gating_func 1");
+  v = {};
+  v.rope_scaling = "yarn";
+  expect(tiny_deepseek2(v), ErrorCode::kUnsupported, "deepseek2.rope.scaling.type = yarn");
+  v = {};
+  v.groups = 3;
+  expect(tiny_deepseek2(v), ErrorCode::kBadModel, "expert_group_count 3");
+  v = {};
+  v.v_b = false;  // kv_b_proj has only one of its two parts
+  expect(tiny_deepseek2(v), ErrorCode::kShapeMismatch, "attn_k_b / attn_v_b");
+}
+
 TEST(Gguf, WeightHashCoversBytesAndNames) {
   TempDir dir;
   auto a = load_bytes(dir, tiny_llama().build(), "a.gguf");

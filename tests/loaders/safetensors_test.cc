@@ -401,5 +401,73 @@ TEST(SafetensorsConfig, HfFields) {
   EXPECT_EQ(w->moe_ffn, 16);
 }
 
+// DeepSeek-V3 as transformers 5 writes it (DeepSeek-V3's own config: rope_scaling yarn,
+// scoring_func / topk_method, num_nextn_predict_layers).
+json deepseek_config() {
+  return {{"architectures", {"DeepseekV3ForCausalLM"}}, {"model_type", "deepseek_v3"},
+          {"vocab_size", 10}, {"hidden_size", 8}, {"num_hidden_layers", 3},
+          {"num_attention_heads", 2}, {"num_key_value_heads", 2}, {"head_dim", 4},
+          {"intermediate_size", 16}, {"moe_intermediate_size", 4}, {"rms_norm_eps", 1e-6},
+          {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+          {"q_lora_rank", 6}, {"kv_lora_rank", 4}, {"qk_nope_head_dim", 2},
+          {"qk_rope_head_dim", 4}, {"v_head_dim", 3}, {"n_routed_experts", 8},
+          {"num_experts_per_tok", 2}, {"n_shared_experts", 2}, {"n_group", 4},
+          {"topk_group", 2}, {"first_k_dense_replace", 1}, {"norm_topk_prob", true},
+          {"routed_scaling_factor", 2.5}, {"rope_interleave", true}, {"attention_bias", false},
+          {"num_nextn_predict_layers", 1}};
+}
+
+TEST(SafetensorsConfig, DeepseekV3) {
+  auto r = parse_hf_config(deepseek_config().dump(), "cfg");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->arch, Arch::kDeepseekV3);
+  EXPECT_TRUE(r->mla);
+  EXPECT_EQ(r->head_dim, 4);  // qk_rope_head_dim
+  EXPECT_EQ(r->q_lora_rank, 6);
+  EXPECT_EQ(r->shared_ffn, 8);
+  EXPECT_EQ(r->n_group, 4);
+  EXPECT_EQ(r->topk_group, 2);
+  EXPECT_FALSE(r->is_moe_layer(0));
+  EXPECT_TRUE(r->is_moe_layer(1));
+  json c = deepseek_config();
+  c["q_lora_rank"] = nullptr;  // q_proj
+  r = parse_hf_config(c.dump(), "cfg");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->q_lora_rank, 0);
+}
+
+TEST(SafetensorsConfig, DeepseekV3UnsupportedVariantsNameTheKey) {
+  auto refused = [](const json& c, ErrorCode code, const std::string& part) {
+    auto r = parse_hf_config(c.dump(), "cfg");
+    ASSERT_FALSE(r.ok()) << part;
+    EXPECT_EQ(r.status().code(), code) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().to_string();
+  };
+  json c = deepseek_config();
+  c["rope_scaling"] = {{"type", "yarn"}, {"factor", 40.0}, {"mscale_all_dim", 1.0}};
+  refused(c, ErrorCode::kUnsupported, "rope_scaling.type yarn");
+  c = deepseek_config();
+  c["scoring_func"] = "softmax";
+  refused(c, ErrorCode::kUnsupported, "scoring_func");
+  c = deepseek_config();
+  c["topk_method"] = "greedy";
+  refused(c, ErrorCode::kUnsupported, "topk_method");
+  c = deepseek_config();
+  c["moe_layer_freq"] = 2;
+  refused(c, ErrorCode::kUnsupported, "moe_layer_freq");
+  c = deepseek_config();
+  c["attention_bias"] = true;
+  refused(c, ErrorCode::kUnsupported, "attention_bias");
+  c = deepseek_config();
+  c["n_group"] = 3;  // does not divide 8 experts
+  refused(c, ErrorCode::kBadModel, "n_group 3");
+  c = deepseek_config();
+  c["qk_rope_head_dim"] = 3;
+  refused(c, ErrorCode::kBadModel, "MLA sizes");
+  c = deepseek_config();
+  c.erase("kv_lora_rank");
+  refused(c, ErrorCode::kBadModel, "kv_lora_rank");
+}
+
 }  // namespace
 }  // namespace llmrr

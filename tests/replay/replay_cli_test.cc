@@ -186,6 +186,27 @@ TEST(DemoCli, TellsTheStory) {
   EXPECT_EQ(bit_exact_count(four), 3u) << four;
 }
 
+// The same story on the seed's architecture (LLMRR_DEMO_MODEL=builtin:tiny-deepseek: MLA,
+// 16 experts in groups, a shared expert): with capacity, diff says the router chose the
+// same experts in both runs and capacity decided.
+TEST(DemoCli, TinyDeepseekTellsTheStory) {
+  std::string out;
+  int rc = run_command("LLMRR_DEMO_SKIP_SETUP=1 LLMRR_DEMO_MODEL=builtin:tiny-deepseek LLMRR_BIN=" +
+                           rtest::llmrr_binary() + " " + LLMRR_SOURCE_DIR + "/tools/demo",
+                       &out, true);
+  ASSERT_EQ(rc, 0) << out;
+  const std::vector<std::string> parts = demo_parts(out);
+  ASSERT_EQ(parts.size(), 4u) << out;
+  const std::string &one = parts[0], &two = parts[1], &three = parts[2], &four = parts[3];
+  EXPECT_NE(one.find("builtin:tiny-deepseek"), std::string::npos) << one;
+  EXPECT_NE(one.find("split at token"), std::string::npos) << one;
+  EXPECT_NE(two.find("no split: every common request is bit-identical"), std::string::npos) << two;
+  EXPECT_NE(three.find("routing: at layer"), std::string::npos) << three;
+  EXPECT_NE(three.find("in both runs: expert capacity decided"), std::string::npos) << three;
+  EXPECT_EQ(four.find("mismatch"), std::string::npos) << four;
+  EXPECT_EQ(bit_exact_count(four), 3u) << four;
+}
+
 // The real-model demo's story (README "One question, two answers"): SmolLM2 answers the
 // France question "Paris" under the production policy and "L'Étoile" under the invariant
 // one; bisect names one plan that alone picks the other first token; the invariant answer is

@@ -347,6 +347,24 @@ def tiny_deepseek():
     return decisive(lambda: DeepseekV3ForCausalLM(c).eval(), 606, greedy=True, margin=2e-4)
 
 
+def tiny_deepseek_qproj():
+    # The other DeepSeek-V3 paths: no q LoRA (q_proj), rope not interleaved, no expert groups
+    # (n_group 1; the selection bias alone), norm_topk_prob false, routed_scaling_factor 1.5,
+    # two shared experts (one MLP of 2 x moe_intermediate_size), no dense layer.
+    c = DeepseekV3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
+                         moe_intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, n_shared_experts=2, n_routed_experts=8,
+                         routed_scaling_factor=1.5, kv_lora_rank=32, q_lora_rank=None,
+                         qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16, n_group=1,
+                         topk_group=1, num_experts_per_tok=2, first_k_dense_replace=0,
+                         norm_topk_prob=False, rope_interleave=False,
+                         max_position_embeddings=256, rms_norm_eps=1e-6,
+                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                         attn_implementation="eager",
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    return decisive(lambda: DeepseekV3ForCausalLM(c).eval(), 707, greedy=True, margin=2e-4)
+
+
 def save_hf(model, out_dir, name):
     d = os.path.join(out_dir, name)
     shutil.rmtree(d, ignore_errors=True)
@@ -801,7 +819,8 @@ def main():
 
     for name, build in (("tiny-llama", tiny_llama), ("tiny-mixtral", tiny_mixtral),
                         ("tiny-qwen2moe", tiny_qwen2moe), ("tiny-qwen3", tiny_qwen3),
-                        ("tiny-qwen3moe", tiny_qwen3moe), ("tiny-deepseek", tiny_deepseek)):
+                        ("tiny-qwen3moe", tiny_qwen3moe), ("tiny-deepseek", tiny_deepseek),
+                        ("tiny-deepseek-qproj", tiny_deepseek_qproj)):
         m = build()
         save_hf(m, out, name)
         # Reload what was written, so the reference is computed from the files we ship.
@@ -815,8 +834,9 @@ def main():
         manifest["models"][name] = entry
         print(name, "spread", spread, "margin", entry.get("min_router_margin"), file=sys.stderr)
 
-        if name == "tiny-deepseek":
+        if name.startswith("tiny-deepseek"):
             entry["greedy"] = greedy_entry(m, ref, name)
+        if name == "tiny-deepseek":
             gpath = os.path.join(out, f"{name}-f32.gguf")
             write_deepseek_gguf(m, gpath)
             gentry = {"path": f"{name}-f32.gguf", "format": "gguf", "prompts": prompts,
