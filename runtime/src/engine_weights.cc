@@ -1,6 +1,5 @@
 #include "engine_weights.h"
 
-#include <algorithm>
 #include <string>
 #include <vector>
 

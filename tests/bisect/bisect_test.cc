@@ -251,6 +251,43 @@ TEST(Bisect, PlantedQkNormPlanIsNamedExactly) {
       << r.numerical.conclusion;
 }
 
+// DeepSeek-V3's absorbed MLA (builtin:tiny-deepseek): the per-head W_UK GEMM
+// (L1.attn.q_absorb) with another split-K at one step of the target's decode, among decoy
+// plan changes of experts the target does not use: bisect names that plan alone.
+TEST(Bisect, PlantedMlaPlanIsNamedExactly) {
+  const LoadedModel& m = builtin("tiny-deepseek");
+  int64_t step = -1;
+  const SiteId site = *parse_site("L1.attn.q_absorb");
+  Plan orig, changed;
+  Planted p = plant(
+      "mla", "",
+      [&](MemoryTrace& mem, PlanTable& plans, rtest::TableRouting&) {
+        step = middle_step(mem, 3);
+        ASSERT_GE(step, 0);
+        ASSERT_TRUE(plans.find(step, site));
+        orig = *plans.find(step, site);
+        changed = orig;
+        changed.splits = orig.splits == 1 ? 2 : 1;  // nope 32: two halves of 16
+        plans.set(step, site, changed);
+      },
+      /*decoy_last=*/8, &m, rtest::target_and_load(m, "Plant a latent plan", 10, 5));
+  ASSERT_TRUE(p.a.ok && p.b.ok);
+  BisectReport r = bisect_ok(p.a.path, p.b.path, m);
+  ASSERT_TRUE(r.split()) << replay::format_bisect_report(r);
+  ASSERT_TRUE(r.numerical.ran) << replay::format_bisect_report(r);
+  ASSERT_EQ(r.numerical.minimal.size(), 1u) << replay::format_bisect_report(r);
+  const Factor& f = r.factors[r.numerical.minimal[0]];
+  EXPECT_EQ(f.kind, FactorKind::kPlan);
+  EXPECT_EQ(f.step_a, step);
+  EXPECT_EQ(f.site_name, "L1.attn.q_absorb");
+  EXPECT_EQ(f.a_text, plan_to_string(orig));
+  EXPECT_EQ(f.b_text, plan_to_string(changed));
+  EXPECT_NE(r.numerical.conclusion.find("change of L1.attn.q_absorb at step " +
+                                        std::to_string(step) + " alone reproduces it"),
+            std::string::npos)
+      << r.numerical.conclusion;
+}
+
 TEST(Bisect, PlantedRoutingIsNamedExactly) {
   const LoadedModel& m = builtin("tiny-moe");
   int64_t step = -1;
