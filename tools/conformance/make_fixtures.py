@@ -491,12 +491,14 @@ def write_qwen3_gguf(model, path):
     w.close()
 
 
-def write_deepseek_gguf(model, path):
+def write_deepseek_gguf(model, path, qtype=QT.F32):
     """DeepSeek-V3 as llama.cpp's DeepseekV2Model converter writes it ("deepseek2"): MLA run as
     MQA (head_count_kv 1, key_length kv_lora + rope, value_length kv_lora; the per-head sizes
     in key_length_mla / value_length_mla), kv_b_proj split into attn_k_b (W_UK transposed per
     head) and attn_v_b, rope rows as HF stores them (llama.cpp rotates adjacent pairs),
-    e_score_correction_bias as exp_probs_b.bias, stacked experts; all F32."""
+    e_score_correction_bias as exp_probs_b.bias, stacked experts; all F32, or with `qtype`
+    every 2-D / 3-D weight whose rows are whole blocks of 32 quantized by gguf-py (attn_k_b,
+    whose rows are nope = 16 wide, and the experts' down_proj stay F32)."""
     c = model.config
     sd = canonical_state(model)
     w = gguf.GGUFWriter(path, "deepseek2")
@@ -527,10 +529,15 @@ def write_deepseek_gguf(model, path):
     w.add_expert_group_count(c.n_group)
     w.add_expert_group_used_count(c.topk_group)
     w.add_rope_dimension_count(c.qk_rope_head_dim)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32 if qtype == QT.F32
+                    else gguf.LlamaFileType.MOSTLY_Q8_0)
 
     def put(name, arr):
-        w.add_tensor(name, np.ascontiguousarray(arr.astype(np.float32)))
+        arr = np.ascontiguousarray(arr.astype(np.float32))
+        if qtype != QT.F32 and arr.ndim >= 2 and arr.shape[-1] % 32 == 0:
+            w.add_tensor(name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, arr)
 
     nh, nope, vd = c.num_attention_heads, c.qk_nope_head_dim, c.v_head_dim
     put("token_embd.weight", sd["model.embed_tokens.weight"])
@@ -850,6 +857,12 @@ def main():
             except Exception as e:  # noqa: BLE001 - recorded, not fatal
                 gentry["transformers_gguf"] = f"not loadable: {type(e).__name__}"
             manifest["models"][f"{name}-f32.gguf"] = gentry
+            # Q8_0: no transformers reference (it cannot load deepseek2); the engine must compute
+            # the same bits with the weights kept quantized as with them dequantized at load.
+            write_deepseek_gguf(m, os.path.join(out, f"{name}-q8_0.gguf"), QT.Q8_0)
+            manifest["models"][f"{name}-q8_0.gguf"] = {
+                "path": f"{name}-q8_0.gguf", "format": "gguf", "quantized": "Q8_0",
+                "transformers_gguf": gentry["transformers_gguf"]}
         if name.startswith("tiny-qwen3"):
             entry["greedy"] = greedy_entry(m, ref, name)
             # The same checkpoint as GGUF. Its reference is the safetensors model's logits
