@@ -1,5 +1,5 @@
 """The proof on real code: Hugging Face transformers (CPU) runs the committed tiny Llama,
-Mixtral, Qwen2-MoE, Qwen3 and Qwen3-MoE checkpoints on one prompt alone (batch 1) and inside a left-padded
+Mixtral, Qwen2-MoE, Qwen3, Qwen3-MoE and DeepSeek-V3 checkpoints on one prompt alone (batch 1) and inside a left-padded
 batch of 8, llmrr.torch.record records both, and `llmrr diff` says where they split. Where
 torch's CPU kernels split depends on the machine (the GEMM kernels oneDNN / MKL pick differ
 between AVX2, AVX-512 and AMX machines), so the finding `llmrr diff` must report is worked
@@ -36,8 +36,9 @@ MAX_NEW = 12
 
 # Forward order of the site kinds (runtime/include/llmrr/runtime/site.h, SiteKind): the
 # order `llmrr diff` names the first differing site of a position in.
-KIND_ORDER = ["attn_norm", "attn.q", "attn.k", "attn.v", "attn.q_norm", "attn.k_norm",
-              "attn.core", "attn.o", "mlp_norm", "mlp.gate", "mlp.up", "mlp.act", "mlp.down",
+KIND_ORDER = ["attn_norm", "attn.q_a", "attn.q_a_norm", "attn.q", "attn.k", "attn.v",
+              "attn.kv_a", "attn.kv_a_norm", "attn.q_norm", "attn.k_norm", "attn.core",
+              "attn.v_up", "attn.o", "mlp_norm", "mlp.gate", "mlp.up", "mlp.act", "mlp.down",
               "moe.router", "moe.shared.gate", "moe.shared.up", "moe.shared.down",
               "moe.shared.scale", "moe.combine", "out"]
 
@@ -105,21 +106,33 @@ def sites_of(model, capture):
         if capture == "all":
             mods.update({"attn_norm": (layer.input_layernorm, False),
                          "mlp_norm": (layer.post_attention_layernorm, False),
-                         "attn.q": (attn.q_proj, False), "attn.k": (attn.k_proj, False),
-                         "attn.v": (attn.v_proj, False), "attn.o": (attn.o_proj, False),
-                         "attn.core": (attn.o_proj, True)})
+                         "attn.o": (attn.o_proj, False)})
+            if hasattr(attn, "kv_a_proj_with_mqa"):  # DeepSeek-V3 MLA
+                mods.update({"attn.kv_a": (attn.kv_a_proj_with_mqa, False),
+                             "attn.kv_a_norm": (attn.kv_a_layernorm, False),
+                             "attn.v_up": (attn.o_proj, True)})
+                if attn.q_a_proj is not None:
+                    mods.update({"attn.q_a": (attn.q_a_proj, False),
+                                 "attn.q_a_norm": (attn.q_a_layernorm, False),
+                                 "attn.q": (attn.q_b_proj, False)})
+                else:
+                    mods["attn.q"] = (attn.q_proj, False)
+            else:
+                mods.update({"attn.q": (attn.q_proj, False), "attn.k": (attn.k_proj, False),
+                             "attn.v": (attn.v_proj, False), "attn.core": (attn.o_proj, True)})
             if hasattr(attn, "q_norm"):
                 mods.update({"attn.q_norm": (attn.q_norm, False),
                              "attn.k_norm": (attn.k_norm, False)})
             if hasattr(mlp, "experts"):
                 mods["moe.router"] = (mlp.gate, False)
                 mods["moe.combine"] = (mlp, False)
-                shared = getattr(mlp, "shared_expert", None)
+                shared = getattr(mlp, "shared_expert", None) or getattr(mlp, "shared_experts", None)
                 if shared is not None:
                     mods.update({"moe.shared.gate": (shared.gate_proj, False),
                                  "moe.shared.up": (shared.up_proj, False),
-                                 "moe.shared.down": (shared.down_proj, False),
-                                 "moe.shared.scale": (mlp.shared_expert_gate, False)})
+                                 "moe.shared.down": (shared.down_proj, False)})
+                if getattr(mlp, "shared_expert_gate", None) is not None:
+                    mods["moe.shared.scale"] = (mlp.shared_expert_gate, False)
             else:
                 mods.update({"mlp.gate": (mlp.gate_proj, False), "mlp.up": (mlp.up_proj, False),
                              "mlp.down": (mlp.down_proj, False),
@@ -336,6 +349,12 @@ class BatchDependence(unittest.TestCase):
 
     def test_qwen3moe_f32(self):
         self.check_case("tiny-qwen3moe", "f32")
+
+    def test_deepseek_f32(self):
+        self.check_case("tiny-deepseek", "f32")
+
+    def test_deepseek_qproj_f32(self):
+        self.check_case("tiny-deepseek-qproj", "f32")
 
 
 class HookBehaviour(unittest.TestCase):
