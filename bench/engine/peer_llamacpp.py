@@ -131,7 +131,9 @@ def llama_once(exe, model, threads, prompt, gen):
     return r
 
 
-SUMMARY = re.compile(r"(\d+) rows \(.*\| [\d.]+ tokens/s, ([\d.]+) rows/s \| .*isa (\w+)")
+# (Binaries from before 2026-12-04 do not name the ISA: "?".)
+SUMMARY = re.compile(r"(\d+) rows \(.*\| [\d.]+ tokens/s, ([\d.]+) rows/s \|[^\n]*?(?:isa (\w+))?$",
+                     re.M)
 
 
 def llmrr_secs(binary, model, threads, ids, max_tokens, policy, env):
@@ -142,7 +144,7 @@ def llmrr_secs(binary, model, threads, ids, max_tokens, policy, env):
     m = SUMMARY.search(err)
     if not m:
         die(f"no summary line from llmrr run:\n{err[-2000:]}")
-    return int(m.group(1)) / float(m.group(2)), m.group(3), rss
+    return int(m.group(1)) / float(m.group(2)), m.group(3) or "?", rss
 
 
 def llmrr_once(binary, model, threads, ids, gen, policy, env):
