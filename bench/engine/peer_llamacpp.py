@@ -256,6 +256,12 @@ def main():
             print(f"| {t} | invariant / production | {I['prompt'] / P['prompt']:.2f} | "
                   f"{I['decode'] / P['decode']:.2f} | | | | |")
     print("(ratios: llmrr / llama.cpp at the same thread count)")
+    busy = max((float(x) for x in loads if x != "?"), default=0.0)
+    cpus = os.cpu_count() or 1
+    if any(t > 1 and busy + t > cpus + 0.5 for t in threads):
+        print(f"note: load average up to {busy:.1f} on {cpus} CPUs; at thread counts that "
+              "leave no idle core, llama.cpp's spin-waiting workers slow down far more than "
+              "llmrr's, so those ratios say little about the engines")
 
 
 if __name__ == "__main__":
