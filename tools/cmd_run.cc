@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "engine_options.h"
+#include "llmrr/kernels/isa.h"
 #include "llmrr/runtime/engine.h"
 
 using namespace llmrr;
@@ -52,11 +53,12 @@ int run_run_command(int argc, char** argv) {
   std::fprintf(stderr,
                "llmrr run: %zu tokens (%s) | %lld steps, %lld rows (%lld prefill, %lld decode), "
                "%lld tokens generated with load %d | %.1f tokens/s, %.1f rows/s | %s, %d "
-               "threads\n",
+               "threads, isa %s\n",
                t->generated.size(), t->reason == FinishReason::kEos ? "eos" : "max tokens",
                static_cast<long long>(s.steps), static_cast<long long>(s.rows),
                static_cast<long long>(s.prefill_rows), static_cast<long long>(s.decode_rows),
                static_cast<long long>(s.generated), o.load, s.generated / secs, s.rows / secs,
-               setup->policy_name.c_str(), setup->config.threads);
+               setup->policy_name.c_str(), setup->config.threads,
+               kernels::isa_name(kernels::active_isa()));
   return 0;
 }
