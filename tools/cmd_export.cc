@@ -91,8 +91,9 @@ int run_export_command(int argc, char** argv) {
                  "wrote %s: %lld events (%lld step slices, %lld request slices, %lld counters, "
                  "%lld kernels)\n",
                  perfetto.c_str(), static_cast<long long>(ps->events),
-                 static_cast<long long>(ps->step_slices), static_cast<long long>(ps->request_slices),
-                 static_cast<long long>(ps->counters), static_cast<long long>(ps->kernels));
+                 static_cast<long long>(ps->step_slices),
+                 static_cast<long long>(ps->request_slices), static_cast<long long>(ps->counters),
+                 static_cast<long long>(ps->kernels));
   }
   if (ns) {
     std::fprintf(stderr,
