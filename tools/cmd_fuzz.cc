@@ -75,7 +75,9 @@ int run_merge(int argc, char** argv) {
   std::string out;
   bool json = false;
   app.add_option("inputs", inputs, "shard output directories or their summary.json")->required();
-  app.add_option("--out", out, "write the merged summary.json here");
+  app.add_option("--out", out,
+                 "write the merged summary.json into this directory (created if absent, its "
+                 "parent must exist; never over a summary it reads)");
   app.add_flag("--json", json, "print the merged summary.json to stdout instead of the report");
   // One line on stderr and exit 2 for a usage error, --help on stdout.
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
@@ -145,7 +147,7 @@ int run_fuzz_command(int argc, char** argv) {
       "      --runs 200 --out fz\n"
       "  llmrr fuzz --model builtin:tiny-moe --dtype bf16 --prompt 'Once upon a time' \\\n"
       "      --runs 200 --policy invariant --capacity-factor 0 --out fz-inv   # 0 splits\n"
-      "  llmrr fuzz ... --runs 1000 --shard 3/8 --out fz/shard-3   # one of 8 array tasks\n"
+      "  mkdir -p fz && llmrr fuzz ... --runs 1000 --shard 3/8 --out fz/shard-3   # task 3 of 8\n"
       "  llmrr fuzz merge fz/shard-* --out fz/all\n"
       "\nExit: 0 no run split, 1 some run split, 2 bad input or usage, 3 internal error.");
   cli::EngineOptions o;
@@ -170,7 +172,10 @@ int run_fuzz_command(int argc, char** argv) {
   app.add_option("--threads", o.threads, "engine threads per run (never changes results)");
   app.add_option("--max-tokens", o.max_tokens, "tokens the target generates (default 32)");
   app.add_option("--dtype", o.dtype, "fp32 | bf16 (default: as stored)");
-  app.add_option("--out", out, "output directory (summary.json, splits/)")->required();
+  app.add_option("--out", out,
+                 "output directory (summary.json, splits/); created if absent, its parent must "
+                 "exist")
+      ->required();
   app.add_option("--shard", shard, "i/n: run only indices i, i+n, i+2n, ... (default 0/1)");
   app.add_option("--co-requests", co_requests, "most co-requests per run (default 16)");
   app.add_option("--max-prompt", max_prompt, "longest co-request prompt (default 48)");
