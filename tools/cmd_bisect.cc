@@ -8,9 +8,12 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "cli/cli.h"
+#include "cli/trace_input.h"
+#include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/bisect.h"
 
 namespace {
@@ -51,8 +54,10 @@ int run_bisect_command(int argc, char** argv) {
   replay::BisectOptions o;
   bool json = false, quiet = false;
   std::string search = "both";
-  app.add_option("A", a, "the reference trace (e.g. the request alone)")->required();
-  app.add_option("B", b, "the trace whose split is explained (e.g. under load)")->required();
+  app.add_option("A", a, "the reference trace (e.g. the request alone), or a bundle of one")
+      ->required();
+  app.add_option("B", b, "the trace whose split is explained (e.g. under load), or a bundle of one")
+      ->required();
   app.add_option("--request", request,
                  "bisect one request: R (the same id in both) or RA:RB (explicit ids); default: "
                  "the first request that splits");
@@ -84,7 +89,8 @@ int run_bisect_command(int argc, char** argv) {
       "\n"
       "A progress bar is drawn on stderr when it is a terminal (-q turns it off).\n"
       "Exit codes: 0 no split, 1 a cause found, 2 bad input (different models, unknown\n"
-      "request, unreadable trace), 3 internal error or a split no factor set explains.");
+      "request, unreadable trace, a trace with no whole step, a bundle of several traces),\n"
+      "3 internal error or a split no factor set explains.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (!request.empty()) {
     Result<std::pair<uint64_t, uint64_t>> pair = cli::parse_request_pair(request);
@@ -114,6 +120,40 @@ int run_bisect_command(int argc, char** argv) {
   if (o.threads < 0 || o.threads > 64) {
     return cli::report("bisect",
                        make_error(ErrorCode::kInvalidArgument, "--threads must be in [0, 64]"));
+  }
+  if (app.count("--model") > 0 && o.model.empty()) {
+    return cli::report("bisect", make_error(ErrorCode::kInvalidArgument,
+                                            "--model: the spec is empty, expected builtin:<name>, "
+                                            "a safetensors directory or a .gguf file"));
+  }
+  // A bundle of one trace is bisected as its trace (with its bundled model unless --model
+  // names one); each trace must hold a whole step, or there is no run to compare.
+  cli::TraceInput inputs[2];
+  std::string* paths[2] = {&a, &b};
+  for (int i = 0; i < 2; ++i) {
+    Result<cli::TraceInput> in = cli::open_trace_input(*paths[i]);
+    if (!in.ok()) return cli::report("bisect", in.status());
+    if (in->from_pack) {
+      if (in->traces.size() != 1 || in->redacted) {
+        return cli::report(
+            "bisect", make_error(ErrorCode::kInvalidArgument,
+                                 *paths[i] + ": a bundle of " + std::to_string(in->traces.size()) +
+                                     (in->redacted ? " redacted" : "") +
+                                     " trace(s), expected one whole trace: extract it (llmrr "
+                                     "unpack) and bisect the traces"));
+      }
+      if (o.model.empty()) o.model = in->model;
+      *paths[i] = in->traces[0];
+    }
+    inputs[i] = std::move(*in);
+    Result<std::unique_ptr<trace::TraceReader>> rd = trace::TraceReader::open(*paths[i]);
+    if (!rd.ok()) return cli::report("bisect", rd.status());
+    if ((*rd)->step_count() == 0) {
+      return cli::report("bisect", make_error(ErrorCode::kSemantic,
+                                              *paths[i] + ": holds no whole step (the recording "
+                                                          "stopped before its first step chunk): "
+                                                          "nothing to bisect"));
+    }
   }
   Bar bar;
   const bool draw = !quiet && isatty(STDERR_FILENO);

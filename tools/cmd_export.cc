@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "cli/cli.h"
 #include "cli/trace_input.h"
@@ -36,20 +37,25 @@ int run_export_command(int argc, char** argv) {
                        make_error(ErrorCode::kInvalidArgument,
                                   "nothing to do: give --perfetto FILE and/or --npy DIR"));
   }
-  // Before any work: no output is the input; the JSON is written whole or not at all.
+  // Before any work: no output is the input. Both outputs are written whole or not at all
+  // (the JSON to a temporary file, the arrays into a staging directory), and neither lands
+  // unless both were written.
   std::optional<safeio::OutputFile> perfetto_file;
   if (!perfetto.empty()) {
     if (Status st = safeio::check_output_file(perfetto, "--perfetto", {path}); !st.ok()) {
       return cli::report("export", st);
     }
+  }
+  std::optional<safeio::OutputDir> npy_dir;
+  if (!npy.empty()) {
+    Result<safeio::OutputDir> d = safeio::OutputDir::create(npy, "--npy", {path, perfetto});
+    if (!d.ok()) return cli::report("export", d.status());
+    npy_dir = std::move(*d);
+  }
+  if (!perfetto.empty()) {
     Result<safeio::OutputFile> f = safeio::OutputFile::create(perfetto, "--perfetto");
     if (!f.ok()) return cli::report("export", f.status());
     perfetto_file = std::move(*f);
-  }
-  if (!npy.empty()) {
-    if (Status st = safeio::check_output_dir(npy, "--npy", {path}); !st.ok()) {
-      return cli::report("export", st);
-    }
   }
   Result<cli::TraceInput> input = cli::open_trace_input(path);
   if (!input.ok()) return cli::report("export", input.status());
@@ -61,25 +67,39 @@ int run_export_command(int argc, char** argv) {
   }
   auto reader = trace::TraceReader::open(input->traces[0]);
   if (!reader.ok()) return cli::report("export", reader.status());
+  std::optional<replay::PerfettoSummary> ps;
   if (!perfetto.empty()) {
     Result<replay::PerfettoSummary> s =
         replay::export_perfetto(**reader, perfetto_file->write_path());
     if (!s.ok()) return cli::report("export", s.status());
+    ps = *s;
+  }
+  std::optional<replay::NpyExportSummary> ns;
+  if (!npy.empty()) {
+    Result<replay::NpyExportSummary> s = replay::export_npy(**reader, npy_dir->write_path());
+    if (!s.ok()) return cli::report("export", npy_dir->in_final_terms(s.status()));
+    ns = *s;
+  }
+  if (npy_dir) {
+    if (Status st = npy_dir->commit(); !st.ok()) return cli::report("export", st);
+  }
+  if (perfetto_file) {
     if (Status st = perfetto_file->commit(); !st.ok()) return cli::report("export", st);
+  }
+  if (ps) {
     std::fprintf(stderr,
                  "wrote %s: %lld events (%lld step slices, %lld request slices, %lld counters, "
                  "%lld kernels)\n",
-                 perfetto.c_str(), static_cast<long long>(s->events),
-                 static_cast<long long>(s->step_slices), static_cast<long long>(s->request_slices),
-                 static_cast<long long>(s->counters), static_cast<long long>(s->kernels));
+                 perfetto.c_str(), static_cast<long long>(ps->events),
+                 static_cast<long long>(ps->step_slices),
+                 static_cast<long long>(ps->request_slices), static_cast<long long>(ps->counters),
+                 static_cast<long long>(ps->kernels));
   }
-  if (!npy.empty()) {
-    Result<replay::NpyExportSummary> s = replay::export_npy(**reader, npy);
-    if (!s.ok()) return cli::report("export", s.status());
+  if (ns) {
     std::fprintf(stderr,
                  "wrote %zu files into %s: %lld fingerprints, %lld logits, %lld routing rows\n",
-                 s->files.size(), npy.c_str(), static_cast<long long>(s->fingerprints),
-                 static_cast<long long>(s->logits), static_cast<long long>(s->routing_rows));
+                 ns->files.size(), npy.c_str(), static_cast<long long>(ns->fingerprints),
+                 static_cast<long long>(ns->logits), static_cast<long long>(ns->routing_rows));
   }
   return 0;
 }

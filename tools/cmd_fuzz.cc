@@ -8,8 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +17,8 @@
 #include "cli/cli.h"
 #include "engine_options.h"
 #include "llmrr/replayer/fuzz.h"
+#include "llmrr/safeio/input.h"
+#include "llmrr/safeio/output.h"
 
 namespace {
 
@@ -46,21 +46,19 @@ bool parse_int(const std::string& s, int64_t* v) {
   return !s.empty() && ec == std::errc() && p == s.data() + s.size();
 }
 
-Status write_file(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary);
-  f << text;
-  f.close();
-  if (!f) return make_error(ErrorCode::kIo, "cannot write " + p.string());
-  return Status::Ok();
+// summary.json, written whole or not at all (a temporary file renamed over it); never one
+// of `inputs` (fuzz merge DIR --out DIR would replace the summary it reads).
+Status write_summary(const std::string& out_dir, const std::string& text,
+                     const std::vector<std::string>& inputs) {
+  const std::string p = (fs::path(out_dir) / "summary.json").string();
+  RETURN_IF_ERROR(safeio::check_output_file(p, "--out", inputs));
+  ASSIGN_OR_RETURN(safeio::OutputFile f, safeio::OutputFile::create(p, "--out"));
+  RETURN_IF_ERROR(f.write(text));
+  return f.commit();
 }
 
-Result<std::string> read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return make_error(ErrorCode::kNotFound, "cannot read " + p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+// A shard's summary.json holds one line per run: 1 GiB is some ten million runs.
+constexpr uint64_t kMaxSummaryBytes = uint64_t{1} << 30;
 
 int exit_for(const replay::FuzzSummary& s) { return s.numerical + s.visible > 0 ? 1 : 0; }
 
@@ -77,32 +75,41 @@ int run_merge(int argc, char** argv) {
   std::string out;
   bool json = false;
   app.add_option("inputs", inputs, "shard output directories or their summary.json")->required();
-  app.add_option("--out", out, "write the merged summary.json here");
+  app.add_option("--out", out,
+                 "write the merged summary.json into this directory (created if absent, its "
+                 "parent must exist; never over a summary it reads)");
   app.add_flag("--json", json, "print the merged summary.json to stdout instead of the report");
   // One line on stderr and exit 2 for a usage error, --help on stdout.
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   std::vector<replay::FuzzSummary> shards;
-  std::vector<std::string> dirs;
+  std::vector<std::string> dirs, files;
   for (const std::string& in : inputs) {
     fs::path p = in;
-    if (fs::is_directory(p)) p /= "summary.json";
-    Result<std::string> text = read_file(p);
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) p /= "summary.json";
+    files.push_back(p.string());
+    Result<std::string> text = safeio::read_file(p.string(), kMaxSummaryBytes, "fuzz summary");
     if (!text.ok()) return fail(text.status());
     Result<replay::FuzzSummary> s = replay::parse_fuzz_summary(*text, p.string());
     if (!s.ok()) return fail(s.status());
     shards.push_back(std::move(*s));
     dirs.push_back(p.parent_path().empty() ? "." : p.parent_path().string());
   }
-  if (!out.empty()) {
+  if (app.count("--out") > 0) {
+    // No summary read is replaced, and no missing parent directory is created.
+    Status st = safeio::check_output_dir(out, "--out", files);
     std::error_code ec;
-    fs::create_directories(out, ec);
-    if (ec) return fail(make_error(ErrorCode::kIo, "cannot create " + out + ": " + ec.message()));
+    if (st.ok() && fs::is_directory(out, ec)) {
+      st = safeio::check_output_file((fs::path(out) / "summary.json").string(), "--out", files);
+    }
+    if (st.ok()) st = safeio::make_output_dir(out, "--out");
+    if (!st.ok()) return fail(st);
   }
   Result<replay::FuzzSummary> m = replay::merge_fuzz_summaries(shards, dirs, out);
   if (!m.ok()) return fail(m.status());
   const std::string j = replay::fuzz_summary_json(*m);
   if (!out.empty()) {
-    Status st = write_file(fs::path(out) / "summary.json", j + "\n");
+    Status st = write_summary(out, j + "\n", files);
     if (!st.ok()) return fail(st);
   }
   if (json) {
@@ -140,7 +147,7 @@ int run_fuzz_command(int argc, char** argv) {
       "      --runs 200 --out fz\n"
       "  llmrr fuzz --model builtin:tiny-moe --dtype bf16 --prompt 'Once upon a time' \\\n"
       "      --runs 200 --policy invariant --capacity-factor 0 --out fz-inv   # 0 splits\n"
-      "  llmrr fuzz ... --runs 1000 --shard 3/8 --out fz/shard-3   # one of 8 array tasks\n"
+      "  mkdir -p fz && llmrr fuzz ... --runs 1000 --shard 3/8 --out fz/shard-3   # task 3 of 8\n"
       "  llmrr fuzz merge fz/shard-* --out fz/all\n"
       "\nExit: 0 no run split, 1 some run split, 2 bad input or usage, 3 internal error.");
   cli::EngineOptions o;
@@ -158,13 +165,17 @@ int run_fuzz_command(int argc, char** argv) {
   app.add_flag("--raw", o.raw, "use the prompt as is");
   app.add_option("--runs", runs, "compositions to run (run indices 0 .. N-1)")->required();
   app.add_option("--policy", o.policy, "production | invariant (default production)");
-  app.add_option("--seed", o.seed, "generator seed (default 0); decoding is greedy");
+  app.add_option("--seed", o.seed, "generator seed (default 0); decoding is greedy")
+      ->check(cli::non_negative());
   app.add_option("--jobs", jobs, "runs in parallel (default 1); engine threads default to "
                                  "cores / jobs");
   app.add_option("--threads", o.threads, "engine threads per run (never changes results)");
   app.add_option("--max-tokens", o.max_tokens, "tokens the target generates (default 32)");
   app.add_option("--dtype", o.dtype, "fp32 | bf16 (default: as stored)");
-  app.add_option("--out", out, "output directory (summary.json, splits/)")->required();
+  app.add_option("--out", out,
+                 "output directory (summary.json, splits/); created if absent, its parent must "
+                 "exist")
+      ->required();
   app.add_option("--shard", shard, "i/n: run only indices i, i+n, i+2n, ... (default 0/1)");
   app.add_option("--co-requests", co_requests, "most co-requests per run (default 16)");
   app.add_option("--max-prompt", max_prompt, "longest co-request prompt (default 48)");
@@ -238,14 +249,10 @@ int run_fuzz_command(int argc, char** argv) {
   if (pinned_factor && *pinned_factor == 0 && pinned_overflow) {
     return usage_error("--overflow " + overflow + " needs a capacity factor > 0");
   }
+  // The output directory: never the model, its parent must exist (none is created).
+  if (Status st = safeio::check_output_dir(out, "--out", {o.model}); !st.ok()) return fail(st);
   const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (o.threads == 0) o.threads = std::clamp(cores / jobs, 1, 8);
-  if (o.threads * jobs > cores) {
-    std::fprintf(stderr,
-                 "%s: warning: --jobs %d x --threads %d exceeds the %d cores (slower, same "
-                 "results)\n",
-                 kCmd, jobs, o.threads, cores);
-  }
 
   Result<cli::EngineSetup> setup = cli::make_engine_setup(o);
   if (!setup.ok()) return fail(setup.status());
@@ -253,6 +260,25 @@ int run_fuzz_command(int argc, char** argv) {
   if (!s.model.config.is_moe() && pinned_factor.value_or(0) > 0) {
     return usage_error("--capacity-factor applies to MoE models only (" + s.model.source +
                        " is dense)");
+  }
+  // Co-requests must fit the model's context: a longer prompt or generation would be cut
+  // to it silently, and the campaign would not be the one asked for.
+  const int32_t positions = s.model.config.max_positions;
+  if (max_prompt > positions / 2) {
+    return usage_error("--max-prompt " + std::to_string(max_prompt) + ": expected at most " +
+                       std::to_string(positions / 2) + " (half of " + s.model.source + "'s " +
+                       std::to_string(positions) + " positions)");
+  }
+  if (max_new > positions - 1) {
+    return usage_error("--max-new " + std::to_string(max_new) + ": expected at most " +
+                       std::to_string(positions - 1) + " (" + s.model.source + " has " +
+                       std::to_string(positions) + " positions)");
+  }
+  if (o.threads * jobs > cores) {
+    std::fprintf(stderr,
+                 "%s: warning: --jobs %d x --threads %d exceeds the %d cores (slower, same "
+                 "results)\n",
+                 kCmd, jobs, o.threads, cores);
   }
 
   replay::FuzzCampaign c;
@@ -290,15 +316,13 @@ int run_fuzz_command(int argc, char** argv) {
                    static_cast<long long>(total));
     };
   }
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) return fail(make_error(ErrorCode::kIo, "cannot create " + out + ": " + ec.message()));
+  if (Status st = safeio::make_output_dir(out, "--out"); !st.ok()) return fail(st);
 
   Result<replay::FuzzSummary> sum = replay::run_fuzz_campaign(c);
   if (bar) std::fprintf(stderr, "\r\033[K");
   if (!sum.ok()) return fail(sum.status());
   const std::string j = replay::fuzz_summary_json(*sum);
-  Status st = write_file(fs::path(out) / "summary.json", j + "\n");
+  Status st = write_summary(out, j + "\n", {o.model});
   if (!st.ok()) return fail(st);
   if (json) {
     std::printf("%s\n", j.c_str());

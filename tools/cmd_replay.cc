@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/cli.h"
@@ -88,10 +90,13 @@ int run_replay_command(int argc, char** argv) {
     return cli::report("replay",
                        make_error(ErrorCode::kInvalidArgument, "--materialize needs -o DIR"));
   }
+  // The --materialize files are written into a staging directory and land in -o DIR only
+  // when the replay wrote every one of them: a failure midway leaves nothing behind.
+  std::optional<safeio::OutputDir> out_dir;
   if (!materialize.empty()) {
-    if (Status st = safeio::check_output_dir(o.out_dir, "-o", {path, o.model}); !st.ok()) {
-      return cli::report("replay", st);
-    }
+    Result<safeio::OutputDir> d = safeio::OutputDir::create(o.out_dir, "-o", {path, o.model});
+    if (!d.ok()) return cli::report("replay", d.status());
+    out_dir = std::move(*d);
   }
   if (materialize.empty() && !o.out_dir.empty()) {
     cli::warn("replay", "-o without --materialize: nothing will be written");
@@ -114,14 +119,18 @@ int run_replay_command(int argc, char** argv) {
                                                    "stopped before its first step chunk): "
                                                    "nothing to replay"));
   }
-  // The --materialize directory is created by the replay; one it created and left empty
-  // (the replay failed, or produced none of the rows asked for) is removed again.
-  struct stat out_st;
-  const bool out_created = !o.out_dir.empty() && ::stat(o.out_dir.c_str(), &out_st) != 0;
+  if (out_dir) o.out_dir = out_dir->write_path();
   Result<replay::ReplayReport> r = replay::replay_trace(path, o);
-  if (out_created) ::rmdir(o.out_dir.c_str());  // only succeeds when empty
   if (tty && !json) std::fprintf(stderr, "\r\033[K");
-  if (!r.ok()) return cli::report("replay", r.status());
+  if (!r.ok()) {
+    return cli::report("replay", out_dir ? out_dir->in_final_terms(r.status()) : r.status());
+  }
+  // Every file asked for was written (a replay that stopped at a difference or at a plan
+  // this device cannot run writes none: the staging directory goes).
+  if (out_dir && !r->written.empty()) {
+    for (std::string& w : r->written) w = out_dir->final_path(w);
+    if (Status st = out_dir->commit(); !st.ok()) return cli::report("replay", st);
+  }
   if (json) {
     std::printf("%s\n", replay::replay_report_json(*r).c_str());
   } else {

@@ -20,33 +20,21 @@ int run_run_command(int argc, char** argv) {
   // One line on stderr and exit 2 for a usage error, --help on stdout.
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   Result<cli::EngineSetup> setup = cli::make_engine_setup(o);
-  if (!setup.ok()) {
-    std::fprintf(stderr, "llmrr run: %s\n", setup.status().to_string().c_str());
-    return exit_code_for(setup.status());
-  }
+  if (!setup.ok()) return cli::report("run", setup.status());
   Result<std::unique_ptr<Engine>> engine =
       Engine::create(setup->model, setup->config, setup->policy);
-  if (!engine.ok()) {
-    std::fprintf(stderr, "llmrr run: %s\n", engine.status().to_string().c_str());
-    return exit_code_for(engine.status());
-  }
+  if (!engine.ok()) return cli::report("run", engine.status());
   Engine& e = **engine;
   for (const RequestSpec& r : setup->requests) {
     Status st = e.add_request(r);
-    if (!st.ok()) {
-      std::fprintf(stderr, "llmrr run: %s\n", st.to_string().c_str());
-      return exit_code_for(st);
-    }
+    if (!st.ok()) return cli::report("run", st);
   }
   cli::TextStream stream(setup->model.tokenizer.get(), setup->target, e.model_config().eos);
   e.add_observer(&stream);
   Status st = e.run();
   std::printf("\n");
   std::fflush(stdout);
-  if (!st.ok()) {
-    std::fprintf(stderr, "llmrr run: %s\n", st.to_string().c_str());
-    return exit_code_for(st);
-  }
+  if (!st.ok()) return cli::report("run", st);
   const RequestState* t = e.request(setup->target);
   const EngineStats& s = e.stats();
   const double secs = s.seconds > 0 ? s.seconds : 1e-9;

@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "llmrr/replayer/pack.h"
+#include "llmrr/safeio/output.h"
 
 int run_unpack_command(int argc, char** argv) {
   using namespace llmrr;
@@ -22,6 +23,13 @@ int run_unpack_command(int argc, char** argv) {
       "\n"
       "Exit codes: 0 ok, 2 bad input (not a bundle, truncated, damaged), 3 internal error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  // Before anything is read: -o names a directory (existing, or new in one that exists),
+  // never the bundle itself.
+  if (app.count("--output") > 0 && !list) {
+    if (Status st = safeio::check_output_dir(dir, "-o", {pack}); !st.ok()) {
+      return cli::report("unpack", st);
+    }
+  }
   if (dir.empty() && !list && !manifest) {
     return cli::report("unpack", make_error(ErrorCode::kInvalidArgument,
                                             "give -o DIR to extract, or --list / --manifest"));

@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/cli.h"
 #include "llmrr/runtime/load.h"
 
 namespace llmrr::cli {
@@ -26,12 +27,7 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_prompt) {
                  "step at which the prompt's request arrives (default 0; later arrivals queue "
                  "behind the load)");
   app.add_option("--seed", o.seed, "sampling seed; also derives the synthetic load")
-      ->check(CLI::Validator(
-          [](const std::string& v) {
-            return v.find('-') == std::string::npos ? std::string()
-                                                    : "expected an integer >= 0, found " + v;
-          },
-          "UINT", "non-negative"));
+      ->check(non_negative());
   app.add_option("--max-tokens", o.max_tokens, "tokens to generate (default 32)");
   app.add_option("--temperature", o.temperature, "0 = greedy (default)");
   app.add_option("--top-k", o.top_k, "0 = off");

@@ -55,7 +55,11 @@ Result<LoadedModel> load_model(const std::string& spec) { return load_model(spec
 Result<LoadedModel> load_model(const std::string& spec, const ModelLoadOptions& options) {
   constexpr std::string_view kBuiltin = "builtin:";
   if (spec.rfind(kBuiltin, 0) == 0) return load_builtin(std::string_view(spec).substr(kBuiltin.size()));
-  if (spec.empty()) return make_error(ErrorCode::kInvalidArgument, "empty model spec");
+  if (spec.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the model spec is empty, expected builtin:<name>, a safetensors "
+                      "directory or a .gguf file");
+  }
   struct stat st;
   if (::stat(spec.c_str(), &st) != 0)
     return make_error(ErrorCode::kNotFound,

@@ -1,6 +1,8 @@
 #include "llmrr/safeio/output.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "llmrr/safeio/input.h"
 
@@ -54,6 +57,23 @@ Status parent_exists(const std::string& out, std::string_view option) {
                           ", expected a directory");
   }
   return Status::Ok();
+}
+
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+  return ::remove(path);
+}
+
+// The names in a directory (not "." and ".."), or empty when it cannot be read.
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (const struct dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  return names;
 }
 
 Status empty_path(std::string_view option, std::string_view expected) {
@@ -217,6 +237,118 @@ Status OutputFile::commit() {
     return make_error(ErrorCode::kIo, path_ + ": cannot write: " + std::strerror(e));
   }
   temp_.clear();
+  return Status::Ok();
+}
+
+Result<OutputDir> OutputDir::create(const std::string& dir, std::string_view option,
+                                    const std::vector<std::string>& inputs) {
+  RETURN_IF_ERROR(check_output_dir(dir, option, inputs));
+  OutputDir o;
+  o.path_ = dir;
+  o.option_ = std::string(option);
+  o.inputs_ = inputs;
+  struct stat st;
+  o.existed_ = ::stat(dir.c_str(), &st) == 0;
+  std::string p = dir;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  std::string base = p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1);
+  if (base.size() > 200) base.resize(200);
+  std::string templ;
+  if (o.existed_) {
+    templ = p + "/.llmrr-staging-XXXXXX";
+  } else {
+    const std::string parent = dir_of(p);
+    templ = (parent == "." && p.find('/') == std::string::npos ? "" : parent + "/") + "." +
+            base + ".llmrr-XXXXXX";
+  }
+  if (::mkdtemp(templ.data()) == nullptr) {
+    return make_error(ErrorCode::kIo, opt_prefix(option, dir) +
+                                          "cannot create a directory next to it: " +
+                                          std::strerror(errno));
+  }
+  o.staging_ = templ;
+  return o;
+}
+
+OutputDir::OutputDir(OutputDir&& o) noexcept
+    : path_(std::move(o.path_)), staging_(std::exchange(o.staging_, std::string())),
+      option_(std::move(o.option_)), inputs_(std::move(o.inputs_)), existed_(o.existed_) {}
+
+OutputDir& OutputDir::operator=(OutputDir&& o) noexcept {
+  if (this != &o) {
+    discard();
+    path_ = std::move(o.path_);
+    staging_ = std::exchange(o.staging_, std::string());
+    option_ = std::move(o.option_);
+    inputs_ = std::move(o.inputs_);
+    existed_ = o.existed_;
+  }
+  return *this;
+}
+
+OutputDir::~OutputDir() {
+  discard();
+}
+
+void OutputDir::discard() {
+  if (!staging_.empty()) ::nftw(staging_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  staging_.clear();
+}
+
+std::string OutputDir::final_path(const std::string& staged) const {
+  if (staging_.empty() || staged.compare(0, staging_.size(), staging_) != 0) return staged;
+  return path_ + staged.substr(staging_.size());
+}
+
+Status OutputDir::in_final_terms(const Status& st) const {
+  if (st.ok() || staging_.empty()) return st;
+  std::string m = st.message();
+  for (size_t at = m.find(staging_); at != std::string::npos;
+       at = m.find(staging_, at + path_.size())) {
+    m.replace(at, staging_.size(), path_);
+  }
+  return make_error(st.code(), m);
+}
+
+Status OutputDir::commit() {
+  if (staging_.empty()) return make_error(ErrorCode::kInternal, path_ + ": committed twice");
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  struct stat st;
+  if (!existed_ && ::stat(path_.c_str(), &st) != 0) {
+    // The usual case: the directory appears whole, with the mode a mkdir would give it.
+    ::chmod(staging_.c_str(), 0777 & ~mask);
+    if (::rename(staging_.c_str(), path_.c_str()) == 0) {
+      staging_.clear();
+      return Status::Ok();
+    }
+    if (::stat(path_.c_str(), &st) != 0) {
+      const int e = errno;
+      discard();
+      return make_error(ErrorCode::kIo, opt_prefix(option_, path_) +
+                                            "cannot create the directory: " + std::strerror(e));
+    }
+  }
+  // Into an existing directory: every target is checked before the first rename.
+  const std::vector<std::string> names = list_dir(staging_);
+  for (const std::string& n : names) {
+    const std::string target = path_ + "/" + n;
+    if (Status s = check_output_file(target, option_, inputs_); !s.ok()) {
+      discard();
+      return s;
+    }
+  }
+  for (const std::string& n : names) {
+    const std::string target = path_ + "/" + n;
+    if (::rename((staging_ + "/" + n).c_str(), target.c_str()) != 0) {
+      const int e = errno;
+      discard();
+      return make_error(ErrorCode::kIo, opt_prefix(option_, target) + "cannot write: " +
+                                            std::strerror(e));
+    }
+  }
+  ::rmdir(staging_.c_str());
+  staging_.clear();
   return Status::Ok();
 }
 

@@ -218,5 +218,53 @@ TEST(HostileCli, InvalidUtf8IsEscapedInJson) {
       << out;
 }
 
+// A failure after some output files were written leaves none of them: export --npy and
+// replay --materialize stage into a directory of their own and move the files into place
+// only when every one was written.
+TEST(HostileCli, FailureMidwayLeavesNoOutput) {
+  const std::string dir = temp_path("hostile-midway");
+  ASSERT_EQ(run_command("rm -rf " + dir + " && mkdir " + dir, nullptr), 0);
+  const std::string t = dir + "/all.trace";
+  ASSERT_EQ(run_command(rtest::llmrr_binary() + " record --model builtin:tiny-moe --prompt abc " +
+                            "--max-tokens 24 --capture all -o " + t + " 2>/dev/null",
+                        nullptr),
+            0);
+  // The arrays of this trace: fingerprints.hash.npy and .summary.npy are 16 KiB each and
+  // written first, fingerprints.index.npy is 64 KiB: a 40 KiB file size limit (EFBIG; the
+  // signal ignored) fails the export at its third file.
+  const std::string limited = "bash -c \"ulimit -f 40; trap '' XFSZ; exec " +
+                              rtest::llmrr_binary() + " ";
+  for (const std::string& out : {dir + "/npy-new", dir + "/npy-old"}) {
+    if (out == dir + "/npy-old") {
+      ASSERT_EQ(run_command("mkdir " + out + " && echo kept > " + out + "/old.txt", nullptr), 0);
+    }
+    std::string err;
+    const int rc = run_command(
+        "{ " + limited + "export " + t + " --npy " + out + "\" 2>&1 >/dev/null; }", &err);
+    EXPECT_EQ(rc, 2) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_NE(err.find(out + "/fingerprints.index.npy: write failed"), std::string::npos) << err;
+  }
+  std::string ls;
+  ASSERT_EQ(run_command("ls -A " + dir + " " + dir + "/npy-old", &ls), 0);
+  EXPECT_EQ(ls, dir + ":\nall.trace\nnpy-old\n\n" + dir + "/npy-old:\nold.txt\n");
+  // Without the limit the same export lands whole, beside what the directory held.
+  ASSERT_EQ(run_command(rtest::llmrr_binary() + " export " + t + " --npy " + dir +
+                            "/npy-old 2>/dev/null",
+                        nullptr),
+            0);
+  ASSERT_EQ(run_command("ls -A " + dir + "/npy-old | wc -l", &ls), 0);
+  EXPECT_EQ(ls, "15\n");  // old.txt + 14 arrays and JSON files
+
+  // Two --materialize specs, the second of a step the replay never reaches: the first file
+  // was written at step 0, and neither lands, in a new or an existing directory.
+  for (const std::string& out : {dir + "/m-new", dir + "/npy-old"}) {
+    expect_refused("replay " + t + " --materialize logits@0 --materialize logits@999 -o " + out,
+                   "produced no rows");
+  }
+  ASSERT_EQ(run_command("ls -A " + dir + " && ls -A " + dir + "/npy-old | wc -l", &ls), 0);
+  EXPECT_EQ(ls, "all.trace\nnpy-old\n15\n");
+}
+
 }  // namespace
 }  // namespace llmrr

@@ -1,6 +1,10 @@
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <set>
+#include <string>
 
 #include "llmrr/safeio/input.h"
 #include "llmrr/safeio/json.h"
@@ -11,6 +15,27 @@ namespace llmrr {
 namespace {
 
 using rtest::temp_path;
+
+// The names in a directory, "." and ".." left out; {"<missing>"} when it does not exist.
+std::set<std::string> names_in(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return {"<missing>"};
+  std::set<std::string> names;
+  while (const struct dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.insert(n);
+  }
+  ::closedir(d);
+  return names;
+}
+
+// A fresh, empty directory for one test.
+std::string fresh_dir(const std::string& name) {
+  const std::string d = temp_path(name);
+  rtest::run_command("rm -rf '" + d + "'", nullptr);
+  EXPECT_EQ(::mkdir(d.c_str(), 0777), 0) << d;
+  return d;
+}
 
 TEST(Safeio, NonRegularFilesAreRefusedWithoutBlocking) {
   const std::string fifo = temp_path("safeio.fifo");
@@ -96,6 +121,75 @@ TEST(Safeio, OutputChecks) {
             std::string::npos);
   EXPECT_FALSE(safeio::check_output_dir(temp_path("no-such-dir/out"), "--npy", {}).ok());
   EXPECT_TRUE(safeio::check_output_dir(temp_path("new-out-dir"), "--npy", {}).ok());
+}
+
+TEST(Safeio, OutputDirLandsWholeOrNotAtAll) {
+  const std::string parent = fresh_dir("safeio-outdir");
+  const std::string out = parent + "/out";
+  {
+    // Written, then dropped without commit (a failure midway): nothing is left anywhere.
+    Result<safeio::OutputDir> d = safeio::OutputDir::create(out, "--npy", {});
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    EXPECT_EQ(safeio::dir_of(d->write_path()), parent);
+    rtest::write_file(d->write_path() + "/a.npy", "a");
+    EXPECT_EQ(d->final_path(d->write_path() + "/a.npy"), out + "/a.npy");
+    const Status named = d->in_final_terms(
+        make_error(ErrorCode::kIo, d->write_path() + "/a.npy: write failed"));
+    EXPECT_EQ(named.message(), out + "/a.npy: write failed");
+  }
+  EXPECT_EQ(names_in(parent), std::set<std::string>{});
+  {
+    // Committed: the directory appears with its files, and no staging directory stays.
+    Result<safeio::OutputDir> d = safeio::OutputDir::create(out, "--npy", {});
+    ASSERT_TRUE(d.ok());
+    rtest::write_file(d->write_path() + "/a.npy", "a");
+    rtest::write_file(d->write_path() + "/b.npy", "b");
+    ASSERT_TRUE(d->commit().ok());
+  }
+  EXPECT_EQ(names_in(parent), std::set<std::string>{"out"});
+  EXPECT_EQ(names_in(out), (std::set<std::string>{"a.npy", "b.npy"}));
+  struct stat st;
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  EXPECT_EQ(st.st_mode & 0777, 0777 & ~mask);  // as mkdir would make it, not mkdtemp's 0700
+  {
+    // Into an existing directory: staged inside it, dropped without a trace on failure.
+    Result<safeio::OutputDir> d = safeio::OutputDir::create(out, "--npy", {});
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(safeio::dir_of(d->write_path()), out);
+    rtest::write_file(d->write_path() + "/c.npy", "c");
+  }
+  EXPECT_EQ(names_in(out), (std::set<std::string>{"a.npy", "b.npy"}));
+  {
+    // ... and on success its files join the ones there (a file of the same name is replaced).
+    Result<safeio::OutputDir> d = safeio::OutputDir::create(out, "--npy", {});
+    ASSERT_TRUE(d.ok());
+    rtest::write_file(d->write_path() + "/a.npy", "A");
+    rtest::write_file(d->write_path() + "/c.npy", "c");
+    ASSERT_TRUE(d->commit().ok());
+  }
+  EXPECT_EQ(names_in(out), (std::set<std::string>{"a.npy", "b.npy", "c.npy"}));
+  EXPECT_EQ(rtest::read_file(out + "/a.npy"), "A");
+  {
+    // A staged file that would replace an input: refused at commit, before any file moves.
+    const std::string input = out + "/b.npy";
+    Result<safeio::OutputDir> d = safeio::OutputDir::create(out, "--npy", {input});
+    ASSERT_TRUE(d.ok());
+    rtest::write_file(d->write_path() + "/a.npy", "new");
+    rtest::write_file(d->write_path() + "/b.npy", "new");
+    const Status st = d->commit();
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("never overwrites its input"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(names_in(out), (std::set<std::string>{"a.npy", "b.npy", "c.npy"}));
+  EXPECT_EQ(rtest::read_file(out + "/a.npy"), "A");
+  EXPECT_EQ(rtest::read_file(out + "/b.npy"), "b");
+  // The directory is checked like any output directory before anything is created.
+  EXPECT_FALSE(safeio::OutputDir::create(parent + "/missing/out", "--npy", {}).ok());
+  EXPECT_FALSE(safeio::OutputDir::create(out + "/a.npy", "--npy", {}).ok());
+  EXPECT_FALSE(safeio::OutputDir::create(out, "--npy", {out}).ok());
+  EXPECT_EQ(names_in(parent), std::set<std::string>{"out"});
 }
 
 }  // namespace

@@ -191,7 +191,7 @@ TEST(SafetensorsErrors, Headers) {
   write_dir(d, e, tiny_config(), "{\"a\": ");
   expect_error(load_model(d.path()), ErrorCode::kBadModel, "invalid JSON");
   write_dir(d, e, tiny_config(), "[1, 2]");
-  expect_error(load_model(d.path()), ErrorCode::kBadModel, "not a JSON object");
+  expect_error(load_model(d.path()), ErrorCode::kBadModel, "expected a JSON object");
   write_dir(d, e, tiny_config(),
             R"({"model.norm.weight": {"dtype": "F32", "shape": [8], "data_offsets": [0, 1e30]}})");
   expect_error(load_model(d.path()), ErrorCode::kBadModel, "data_offsets");

@@ -15,6 +15,19 @@ int parse(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::CallForAllHelp&) {
     std::fputs(app.help("", CLI::AppFormatMode::All).c_str(), stdout);
     return kExitOk;
+  } catch (const CLI::ConversionError& e) {
+    // CLI11 says "Could not convert: --jobs = 99999999999": say what was expected instead.
+    std::string what = e.what();
+    const std::string prefix = "Could not convert: ";
+    if (what.rfind(prefix, 0) == 0 && what.find(" = ") != std::string::npos) {
+      const size_t eq = what.find(" = ");
+      const std::string name = what.substr(prefix.size(), eq - prefix.size());
+      const std::string value = what.substr(eq + 3);
+      what = name + ": expected a number in the option's range, found '" + value + "'";
+    }
+    std::fprintf(stderr, "llmrr %s: %s (see llmrr %s --help)\n", app.get_name().c_str(),
+                 what.c_str(), app.get_name().c_str());
+    return kExitBadInput;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "llmrr %s: %s (see llmrr %s --help)\n", app.get_name().c_str(), e.what(),
                  app.get_name().c_str());
@@ -39,6 +52,15 @@ int report(std::string_view command, const Status& status) {
 void warn(std::string_view command, std::string_view text) {
   std::fprintf(stderr, "llmrr %.*s: warning: %.*s\n", static_cast<int>(command.size()),
                command.data(), static_cast<int>(text.size()), text.data());
+}
+
+CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](const std::string& v) {
+        return v.find('-') == std::string::npos ? std::string()
+                                                : "expected an integer >= 0, found " + v;
+      },
+      "UINT", "non-negative");
 }
 
 std::string human_bytes(uint64_t bytes) {

@@ -35,6 +35,10 @@ int report(std::string_view command, const Status& status);
 // Prints "llmrr <command>: warning: <text>" on stderr.
 void warn(std::string_view command, std::string_view text);
 
+// A CLI11 check for an unsigned option (--seed): "-1" is refused ("expected an integer >= 0,
+// found -1") instead of wrapping around to 2^64 - 1.
+CLI::Validator non_negative();
+
 // "0 B", "512 B", "1.5 KiB", "12.3 MiB", "2.0 GiB".
 std::string human_bytes(uint64_t bytes);
 

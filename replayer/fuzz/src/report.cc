@@ -188,6 +188,8 @@ std::string fuzz_summary_json(const FuzzSummary& s) {
 }
 
 Result<FuzzSummary> parse_fuzz_summary(const std::string& text, const std::string& name) {
+  // A summary nests 4 levels: anything deeper is refused before the parser recurses into it.
+  RETURN_IF_ERROR(safeio::check_json_depth(text, name, ErrorCode::kInvalidArgument));
   Json j = Json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("llmrr_fuzz_summary")) {
     return make_error(ErrorCode::kInvalidArgument,

@@ -89,32 +89,36 @@ Status check_config(const ModelConfig& c, const std::string& where) {
   // Bounds keep every derived size far from overflow; real models are well inside them.
   constexpr int32_t kMaxDim = 1 << 20, kMaxLayers = 4096, kMaxVocab = 1 << 24;
   auto in = [](int64_t x, int64_t lo, int64_t hi) { return x >= lo && x <= hi; };
-  if (!in(c.vocab, 1, kMaxVocab)) return bad("vocab size " + std::to_string(c.vocab) + " out of range");
-  if (!in(c.hidden, 1, kMaxDim)) return bad("hidden size " + std::to_string(c.hidden) + " out of range");
-  if (!in(c.layers, 1, kMaxLayers)) return bad("layer count " + std::to_string(c.layers) + " out of range");
-  if (!in(c.heads, 1, 4096) || !in(c.kv_heads, 1, 4096))
-    return bad("head counts " + std::to_string(c.heads) + " / " + std::to_string(c.kv_heads) +
-               " out of range");
+  // "<what> <value> is out of range, expected lo..hi": what was wrong and what was expected.
+  auto range = [&](const std::string& what, int64_t v, int64_t lo, int64_t hi) {
+    return bad(what + " " + std::to_string(v) + " is out of range, expected " +
+               std::to_string(lo) + ".." + std::to_string(hi));
+  };
+  if (!in(c.vocab, 1, kMaxVocab)) return range("vocab size", c.vocab, 1, kMaxVocab);
+  if (!in(c.hidden, 1, kMaxDim)) return range("hidden size", c.hidden, 1, kMaxDim);
+  if (!in(c.layers, 1, kMaxLayers)) return range("layer count", c.layers, 1, kMaxLayers);
+  if (!in(c.heads, 1, 4096)) return range("attention head count", c.heads, 1, 4096);
+  if (!in(c.kv_heads, 1, 4096)) return range("KV head count", c.kv_heads, 1, 4096);
   if (c.heads % c.kv_heads != 0)
     return bad("attention heads " + std::to_string(c.heads) + " not a multiple of KV heads " +
                std::to_string(c.kv_heads));
   if (!in(c.head_dim, 2, 4096) || c.head_dim % 2 != 0)
     return bad("head_dim " + std::to_string(c.head_dim) + " must be even and positive");
-  if (!in(c.ffn, 0, kMaxDim)) return bad("intermediate size " + std::to_string(c.ffn) + " out of range");
-  if (!in(c.max_positions, 1, 1 << 24))
-    return bad("max positions " + std::to_string(c.max_positions) + " out of range");
+  if (!in(c.ffn, 0, kMaxDim)) return range("intermediate size", c.ffn, 0, kMaxDim);
+  if (!in(c.max_positions, 1, 1 << 24)) return range("max positions", c.max_positions, 1, 1 << 24);
   if (!(c.rope_theta > 0)) return bad("rope theta must be positive");
   if (!(c.norm_eps >= 0)) return bad("norm eps must be non-negative");
   if (c.bos >= c.vocab || c.eos >= c.vocab)
     return bad("bos/eos id " + std::to_string(c.bos) + "/" + std::to_string(c.eos) +
                " outside the vocabulary of " + std::to_string(c.vocab));
   if (c.experts != 0) {
-    if (!in(c.experts, 1, 4096)) return bad("expert count " + std::to_string(c.experts) + " out of range");
+    if (!in(c.experts, 1, 4096)) return range("expert count", c.experts, 1, 4096);
     if (!in(c.top_k, 1, c.experts))
       return bad("experts per token " + std::to_string(c.top_k) + " not in 1.." +
                  std::to_string(c.experts));
-    if (!in(c.moe_ffn, 1, kMaxDim)) return bad("expert intermediate size out of range");
-    if (!in(c.shared_ffn, 0, kMaxDim)) return bad("shared expert intermediate size out of range");
+    if (!in(c.moe_ffn, 1, kMaxDim)) return range("expert intermediate size", c.moe_ffn, 1, kMaxDim);
+    if (!in(c.shared_ffn, 0, kMaxDim))
+      return range("shared expert intermediate size", c.shared_ffn, 0, kMaxDim);
     if (c.decoder_sparse_step < 1) return bad("decoder_sparse_step must be ≥ 1");
   }
   for (int32_t l = 0; l < c.layers; ++l)

@@ -71,8 +71,10 @@ Status parse_file(const MappedFile& file, std::vector<Entry>* out) {
   ASSIGN_OR_RETURN(json header,
                    parse_json(std::string(reinterpret_cast<const char*>(file.data() + 8), n),
                               path + " header"));
-  if (!header.is_object())
-    return make_error(ErrorCode::kBadModel, path + ": header is not a JSON object");
+  if (!header.is_object()) {
+    return make_error(ErrorCode::kBadModel, path + ": the header is " + safeio::type_name(header) +
+                                                ", expected a JSON object");
+  }
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const std::string where = path + ": tensor " + it.key();
@@ -89,7 +91,10 @@ Status parse_file(const MappedFile& file, std::vector<Entry>* out) {
     e.dtype = v["dtype"].get<std::string>();
     const size_t item = dtype_size(e.dtype);
     if (item == 0)
-      return make_error(ErrorCode::kBadModel, where + ": unknown dtype " + e.dtype);
+      return make_error(ErrorCode::kBadModel,
+                        where + ": unknown dtype " + e.dtype +
+                            ", expected F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, "
+                            "I8, U64, U32, U16, U8 or BOOL");
     uint64_t numel = 1;
     if (v["shape"].size() > 8)
       return make_error(ErrorCode::kBadModel, where + ": " + std::to_string(v["shape"].size()) +
@@ -299,7 +304,11 @@ Status parse_deepseek_fields(const json& j, const std::string& where, ModelConfi
 
 Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& where) {
   ASSIGN_OR_RETURN(json j, parse_json(text, where));
-  if (!j.is_object()) return make_error(ErrorCode::kBadModel, where + ": not a JSON object");
+  if (!j.is_object()) {
+    return make_error(ErrorCode::kBadModel,
+                      where + ": the top level is " + safeio::type_name(j) +
+                          ", expected a JSON object");
+  }
   std::string arch_name;
   if (j.contains("architectures") && !j["architectures"].is_null() &&
       !(j["architectures"].is_array() &&

@@ -61,6 +61,42 @@ class OutputFile {
   std::string path_, temp_;
 };
 
+// An output directory filled whole or not at all (export --npy DIR, replay --materialize -o
+// DIR). Files are written into a staging directory (".<name>.llmrr-XXXXXX": next to `dir`
+// when `dir` does not exist yet, inside it when it does, so the final renames stay on one
+// file system); commit() moves them into place — the staging directory renamed to `dir`, or
+// each file renamed into the existing `dir` after all of them were checked against the
+// inputs. Without commit(), or when it fails, the destructor removes the staging directory
+// and everything in it: a failure midway leaves nothing behind. `dir` itself is checked
+// with check_output_dir by create().
+class OutputDir {
+ public:
+  static Result<OutputDir> create(const std::string& dir, std::string_view option,
+                                  const std::vector<std::string>& inputs);
+  OutputDir() = default;
+  OutputDir(OutputDir&& o) noexcept;
+  OutputDir& operator=(OutputDir&& o) noexcept;
+  OutputDir(const OutputDir&) = delete;
+  OutputDir& operator=(const OutputDir&) = delete;
+  ~OutputDir();
+
+  const std::string& path() const { return path_; }
+  // Where the writers write; its files land in path() at commit().
+  const std::string& write_path() const { return staging_; }
+  // A path under write_path() as it will be after commit() (for messages and reports).
+  std::string final_path(const std::string& staged) const;
+  // `st` with every mention of write_path() in its message replaced by path(), so that an
+  // error from a writer names the directory the user gave.
+  Status in_final_terms(const Status& st) const;
+  Status commit();
+
+ private:
+  void discard();
+  std::string path_, staging_, option_;
+  std::vector<std::string> inputs_;
+  bool existed_ = false;
+};
+
 // The directory part of a path ("." when it has none).
 std::string dir_of(const std::string& path);
 
