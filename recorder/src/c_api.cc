@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "c_api_internal.h"
+#include "llmrr/format/fingerprint.h"
 #include "llmrr/format/status.h"
 #include "llmrr/kernels/plan.h"
 #include "llmrr/recorder/trace_recorder.h"
@@ -83,6 +84,12 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     for (int32_t v : sizes) {
       if (v < 0) return bad("model sizes and threads must be >= 0");
     }
+    const std::string fingerprint = str(c.fingerprint);
+    if (!fingerprint.empty() && fingerprint != llmrr::trace::kFingerprintXxh3 &&
+        fingerprint != llmrr::trace::kFingerprintMixsum) {
+      return bad("fingerprint must be \"xxh3-64\" or \"mixsum64\", found '" +
+                 fingerprint.substr(0, 60) + "'");
+    }
     const std::string extra = str(c.extra_config_json);
     if (!extra.empty()) {
       nlohmann::json j = nlohmann::json::parse(extra, nullptr, false);
@@ -111,6 +118,7 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     h.engine.policy = c.policy && *c.policy ? std::string(c.policy) : std::string("external");
     h.engine.threads = c.threads;
     h.engine.seed = c.seed;
+    h.engine.fingerprint = fingerprint == llmrr::trace::kFingerprintXxh3 ? "" : fingerprint;
     h.extra_config_json = extra;
     h.command_line = str(c.command_line);
     if (c.device_name && *c.device_name) h.device.name = c.device_name;
@@ -131,6 +139,7 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     auto handle = std::make_unique<llmrr_recorder>();
     handle->rec = std::move(rec).value();
     handle->vocab = c.vocab;
+    handle->caller_hashes = fingerprint == llmrr::trace::kFingerprintMixsum;
     *out = handle.release();
     return LLMRR_OK;
   } catch (const std::bad_alloc&) {

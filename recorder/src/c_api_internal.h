@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "llmrr/format/fingerprint.h"
 #include "llmrr/format/status.h"
 #include "llmrr/recorder.h"
 #include "llmrr/recorder/trace_recorder.h"
@@ -22,6 +23,7 @@ struct llmrr_recorder {
   std::mutex mu;
   std::unique_ptr<llmrr::TraceRecorder> rec;
   int32_t vocab = 0;  // from the config; 0 = unchecked
+  bool caller_hashes = false;  // config.fingerprint "mixsum64": rows come as fingerprints
   bool in_step = false;
   bool any_step = false;
   int64_t step = 0;
@@ -32,6 +34,7 @@ struct llmrr_recorder {
   std::set<std::pair<uint64_t, int32_t>> logits_rows, token_rows;
   std::unordered_set<uint64_t> requests, finished;
   std::vector<float> scratch;
+  std::vector<llmrr::trace::Fingerprint> fingerprints;  // record_fingerprints' copy
   llmrr::Status sticky;  // the error that stopped recording
 };
 
