@@ -43,6 +43,16 @@ ENV_TOP_K = "LLMRR_VLLM_TOP_K"
 STEP_RANGE = "llmrr.step"
 
 _patched = False
+_active = []  # the step recorders of this process
+
+
+def rotate(path):
+    """In-process vLLM (VLLM_ENABLE_V1_MULTIPROCESSING=0): close the current trace and record
+    the next steps into `path`, so that one engine records one trace per run (the fuzzer
+    does this). Returns the number of model runners switched (0 before the first step)."""
+    for r in _active:
+        r.reopen(path)
+    return len(_active)
 
 
 def register():
@@ -152,8 +162,9 @@ class _StepRecorder:
         eos = getattr(hf, "eos_token_id", None)
         self.eos = set(int(e) for e in (eos if isinstance(eos, (list, tuple)) else
                                         ([] if eos is None else [eos])))
-        self.rec = Recorder(
-            path, tool_version="llmrr.vllm 0.1 (vllm %s, torch %s)" % (vllm_v, torch_v),
+        self._Recorder = Recorder
+        self.rec_config = dict(
+            tool_version="llmrr.vllm 0.1 (vllm %s, torch %s)" % (vllm_v, torch_v),
             model_name=str(cfg.model_config.model),
             architecture=str(getattr(text, "model_type", "") or ""),
             weight_dtype=dtype, compute_dtype=dtype,
@@ -168,7 +179,22 @@ class _StepRecorder:
             extra_config_json=json.dumps(header), command_line=" ".join(sys.argv),
             device_kind="cuda" if header["device"].startswith("cuda") else "cpu",
             device_name=header.get("device_name"), fingerprint=self.fp.KIND)
+        self.rec = Recorder(path, **self.rec_config)
+        _active.append(self)
         self.path = path
+        self._reset()
+        self.handles = []
+        self.nvtx = header["device"].startswith("cuda")
+
+        if self.hooks_work and self.capture != "none":
+            self._attach(runner.get_model())
+        self._wrap_logits(runner.get_model())
+        atexit.register(self.close)
+        _warn("recording %s to %s (capture %s%s)" % (
+            type(runner.get_model()).__name__, path, self.capture if self.hooks_work else "none",
+            "" if self.hooks_work else ", compiled model: steps only"))
+
+    def _reset(self):
         self.step = -1
         self.in_step = False
         self.ids = {}        # vLLM request id -> llmrr request id
@@ -177,16 +203,20 @@ class _StepRecorder:
         self.used_ids = set()
         self.gone = set()    # finished by vLLM, to be closed at the next step
         self.rows = 0
-        self.order = []      # (vLLM id, first row, count, sample) of the open step
-        self.handles = []
-        self.nvtx = header["device"].startswith("cuda")
-        if self.hooks_work and self.capture != "none":
-            self._attach(runner.get_model())
-        self._wrap_logits(runner.get_model())
-        atexit.register(self.close)
-        _warn("recording %s to %s (capture %s%s)" % (
-            type(runner.get_model()).__name__, path, self.capture if self.hooks_work else "none",
-            "" if self.hooks_work else ", compiled model: steps only"))
+        self.order = []      # (vLLM id, first row, count, sample, last position) of the step
+        self.pending.items = []
+
+    def reopen(self, path):
+        """Closes the trace and records the steps from now on into a new one at `path`
+        (requests still running continue there as new arrivals)."""
+        if self.rec is not None:
+            if self.in_step and not self.failed:
+                self._end_step()
+            self.rec.close()
+        self.failed = False
+        self._reset()
+        self.path = path
+        self.rec = self._Recorder(path, **self.rec_config)
 
     # ---- header ---------------------------------------------------------------------------
 
@@ -534,3 +564,5 @@ class _StepRecorder:
         except Exception as e:
             _warn("closing %s: %s" % (self.path, e))
         self.rec = None
+        if self in _active:
+            _active.remove(self)
