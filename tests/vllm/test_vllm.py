@@ -31,15 +31,20 @@ def setUpModule():
 
 
 def generate(trace, prompts, multiprocess=False, **kw):
-    """Runs generate.py under the plugin; returns (token lists, stderr)."""
-    env = dict(os.environ, LLMRR_VLLM_TRACE=trace, LLMRR_VLLM_CAPTURE=kw.pop("capture", "all"))
+    """Runs generate.py under the plugin; returns (token lists, stderr). In-process runs set
+    $LLMRR_VLLM_TRACE themselves; multiprocess runs go through `llmrr record-vllm`."""
+    capture = kw.pop("capture", "all")
+    cmd = [sys.executable, os.path.join(HERE, "generate.py"), MODEL,
+           json.dumps(dict(prompts=prompts, **kw))]
+    env = dict(os.environ)
     if multiprocess:
         env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        cmd = [os.environ["LLMRR_BIN"], "record-vllm", "--capture", capture, "-o", trace,
+               "--"] + cmd
     else:
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    args = dict(prompts=prompts, **kw)
-    p = subprocess.run([sys.executable, os.path.join(HERE, "generate.py"), MODEL,
-                        json.dumps(args)], env=env, capture_output=True, text=True, timeout=600)
+        env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", LLMRR_VLLM_TRACE=trace,
+                   LLMRR_VLLM_CAPTURE=capture)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise AssertionError("generate.py exit %d:\n%s" % (p.returncode, p.stderr[-4000:]))
     # (vLLM's shutdown may log to stdout after the result line)
@@ -111,6 +116,7 @@ class VllmRecording(unittest.TestCase):
         a, ta, _ = self.run_once("alone", [TARGET])
         m, tm, em = self.run_once("alone_mp", [TARGET], multiprocess=True)
         self.check_trace(m, [TARGET], tm, em)
+        self.assertIn("llmrr record-vllm: %s: 8 steps, 1 requests, row hash mixsum64" % m, em)
         self.assertEqual(ta, tm)
         rc, out = llmrr_cli("diff", a, m, ok=(0, 1))
         self.assertEqual(rc, 0, out)  # the process mode moves no bits
