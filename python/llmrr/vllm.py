@@ -17,8 +17,8 @@ Per engine step (one execute_model / sample_tokens pair) it records:
   request 8 (a numeric user id), other ids are numbered in arrival order and kept as label.
 - row fingerprints at llmrr's sites through forward hooks on the model's modules (capture
   "layers": L<i>.out and the logits; "all" adds attention and MLP sites; "none": neither),
-  hashed with llmrr.fingerprint ("mixsum64") where the tensors live, one copy to the host
-  per step.
+  hashed with "mixsum64": host tensors by the C library in place, GPU tensors where they
+  live (llmrr.fingerprint), with one copy of the hashes to the host per step.
 - the logits of every sampled row (the recorder keeps the top-K), the sampled tokens, and
   MoE routing (top-k ids and weights) where the model exposes its router.
 - a run header with vLLM and torch versions, attention backend, dtype, eager or compiled,
@@ -374,7 +374,22 @@ class _StepRecorder:
         x = x.reshape(-1, x.shape[-1])
         if x.shape[0] < self.rows:
             return
-        self.pending.add(site, x[:self.rows])  # padded rows (CUDA graphs) left out
+        x = x[:self.rows]  # padded rows (CUDA graphs) left out
+        if x.device.type != "cpu":
+            self.pending.add(site, x)  # hashed on the device, hashes copied at the step's end
+            return
+        # Host rows: the library copies and hashes them (the same mixsum64) on its own
+        # thread, cheaper than a dozen torch ops per site.
+        from . import _lib
+        import torch
+        dt = {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16,
+              torch.float16: _lib.DTYPE_F16}
+        x = x.detach()
+        if x.dtype not in dt:
+            x = x.float()
+        if x.stride(-1) != 1 or (x.shape[0] > 1 and x.stride(0) < x.shape[1]):
+            x = x.contiguous()
+        self.rec.rows(site, x.data_ptr(), dt[x.dtype], x.shape[0], x.shape[1], x.stride(0))
 
     def _wrap_logits(self, model):
         orig = getattr(model, "compute_logits", None)
