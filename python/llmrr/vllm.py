@@ -25,6 +25,11 @@ Per engine step (one execute_model / sample_tokens pair) it records:
   VLLM_BATCH_INVARIANT, max_num_batched_tokens, chunked prefill, prefix caching, TP size
   and device.
 
+Under `llmrr record-cuda` ($LLMRR_SHARED_RECORDER_LIB names the injection library) the steps
+go into that library's trace instead, bracketed with the NVTX range "llmrr.step", so kernel
+records and fingerprints share step numbers (rows are then copied to the host and hashed
+there: that trace is xxh3-64). Not verified on a GPU yet.
+
 Hooks fire only in eager mode (enforce_eager=True); a compiled model is recorded at step
 level (composition, logits, tokens), and the header and stderr say so.
 
@@ -179,12 +184,21 @@ class _StepRecorder:
             extra_config_json=json.dumps(header), command_line=" ".join(sys.argv),
             device_kind="cuda" if header["device"].startswith("cuda") else "cpu",
             device_name=header.get("device_name"), fingerprint=self.fp.KIND)
-        self.rec = Recorder(path, **self.rec_config)
+        # Under `llmrr record-cuda` the injection library's recorder takes the steps, so
+        # kernel records and fingerprints share step numbers (its trace hashes rows with
+        # xxh3-64 on the host; its owner closes it).
+        from .torch import _shared_recorder
+        self.shared = _shared_recorder()
+        if self.shared is not None:
+            self.rec = self.shared
+            path = self.shared.path
+        else:
+            self.rec = Recorder(path, **self.rec_config)
         _active.append(self)
         self.path = path
         self._reset()
         self.handles = []
-        self.nvtx = header["device"].startswith("cuda")
+        self.nvtx = header["device"].startswith("cuda") or self.shared is not None
 
         if self.hooks_work and self.capture != "none":
             self._attach(runner.get_model())
@@ -209,6 +223,8 @@ class _StepRecorder:
     def reopen(self, path):
         """Closes the trace and records the steps from now on into a new one at `path`
         (requests still running continue there as new arrivals)."""
+        if self.shared is not None:
+            raise ValueError("rotate: this worker records into llmrr record-cuda's trace")
         if self.rec is not None:
             if self.in_step and not self.failed:
                 self._end_step()
@@ -375,7 +391,7 @@ class _StepRecorder:
         if x.shape[0] < self.rows:
             return
         x = x[:self.rows]  # padded rows (CUDA graphs) left out
-        if x.device.type != "cpu":
+        if x.device.type != "cpu" and self.shared is None:
             self.pending.add(site, x)  # hashed on the device, hashes copied at the step's end
             return
         # Host rows: the library copies and hashes them (the same mixsum64) on its own
@@ -387,6 +403,8 @@ class _StepRecorder:
         x = x.detach()
         if x.dtype not in dt:
             x = x.float()
+        if x.device.type != "cpu":
+            x = x.to("cpu")  # a shared xxh3-64 trace: the recorded rows, hashed on the host
         if x.stride(-1) != 1 or (x.shape[0] > 1 and x.stride(0) < x.shape[1]):
             x = x.contiguous()
         self.rec.rows(site, x.data_ptr(), dt[x.dtype], x.shape[0], x.shape[1], x.stride(0))
@@ -575,7 +593,8 @@ class _StepRecorder:
                 self._end_step()
             for h in self.handles:
                 h.remove()
-            self.rec.close()
+            if self.shared is None:
+                self.rec.close()
         except Exception as e:
             _warn("closing %s: %s" % (self.path, e))
         self.rec = None
