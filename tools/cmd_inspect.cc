@@ -119,7 +119,8 @@ nlohmann::json header_json(const RunHeader& h) {
         {"load", h.engine.load},
         {"capture", capture_level_name(h.engine.capture)},
         {"logits_mode", logits_mode_name(h.engine.logits_mode)},
-        {"top_k", h.engine.top_k}}},
+        {"top_k", h.engine.top_k},
+        {"fingerprint", fingerprint_kind(h.engine)}}},
       {"extra_config_json", h.extra_config_json},
   };
 }
@@ -238,7 +239,7 @@ int print_text(const TraceReader& r) {
     std::printf("capture    sites %s, logits %s", capture_level_name(e.capture),
                 logits_mode_name(e.logits_mode));
     if (e.logits_mode == LogitsMode::kTopK) std::printf(" (top-%d)", e.top_k);
-    std::printf("\n");
+    std::printf(", row hash %s\n", fingerprint_kind(e).c_str());
   }
   if (!h.extra_config_json.empty()) std::printf("extra      %s\n", h.extra_config_json.c_str());
 

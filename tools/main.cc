@@ -39,6 +39,7 @@ const char* describe(std::string_view name) {
       {"unpack", "extract a bundle written by llmrr pack"},
       {"export", "export a trace to Perfetto / Chrome trace JSON or to .npy files"},
       {"record-cuda", "record the kernel sequence of an unmodified CUDA program (CUPTI)"},
+      {"record-vllm", "record a vLLM program's engine steps (the llmrr.vllm plugin)"},
   };
   for (const auto& [n, line] : kLines) {
     if (n == name) return line;

@@ -391,6 +391,7 @@ void build_run_header(const RunHeader& h, std::vector<uint8_t>* out) {
   auto model = mb.Finish();
   const EngineConfig& e = h.engine;
   auto policy = opt_string(fbb, e.policy);
+  auto fingerprint = opt_string(fbb, e.fingerprint);
   fb::EngineConfigBuilder eb(fbb);
   eb.add_policy(policy);
   eb.add_virtual_sms(e.virtual_sms);
@@ -408,6 +409,7 @@ void build_run_header(const RunHeader& h, std::vector<uint8_t>* out) {
   eb.add_capture(static_cast<fb::CaptureLevel>(e.capture));
   eb.add_logits_mode(static_cast<fb::LogitsMode>(e.logits_mode));
   eb.add_top_k(e.top_k);
+  if (!fingerprint.IsNull()) eb.add_fingerprint(fingerprint);
   auto engine = eb.Finish();
   auto tool = fbb.CreateString(h.tool_version);
   auto run_id = opt_string(fbb, h.run_id);

@@ -78,6 +78,7 @@ void decode_run_header(const fb::RunHeader* h, RunHeader* out) {
     e.capture = static_cast<CaptureLevel>(x->capture());
     e.logits_mode = static_cast<LogitsMode>(x->logits_mode());
     e.top_k = x->top_k();
+    e.fingerprint = str(x->fingerprint());
   } else {
     out->engine = EngineConfig();
     out->engine.capture = CaptureLevel::kNone;

@@ -1,6 +1,7 @@
 #include "llmrr/format/fingerprint.h"
 
 #include <cmath>
+#include <cstring>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -18,6 +19,37 @@ Fingerprint fingerprint_bytes(const void* data, size_t bytes) {
   Fingerprint f;
   f.hash = hash_bytes(data, bytes);
   return f;
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+uint64_t mixsum64(const float* row, int64_t n) {
+  static constexpr uint32_t P[2] = {0x61C88647u, 0x2545F491u};
+  static constexpr uint32_t S[2] = {0x1B873593u, 0x27D4EB2Fu};
+  uint64_t t[2] = {0, 0};
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, row + i, sizeof u);
+    for (int j = 0; j < 2; ++j) {
+      uint32_t a = u ^ (static_cast<uint32_t>(i) * P[j] + S[j]);
+      a ^= a >> 16;
+      a *= 0x7FEB352Du;
+      a ^= a >> 15;
+      a *= 0x68E31DA5u;
+      a ^= a >> 16;
+      t[j] += a;
+    }
+  }
+  return splitmix64(t[0] ^ splitmix64(t[1] ^ static_cast<uint64_t>(n)));
 }
 
 Fingerprint fingerprint_row(const float* row, int64_t n) {

@@ -56,6 +56,7 @@ class Config(ctypes.Structure):
         ("device_name", ctypes.c_char_p),
         ("device_kind", ctypes.c_char_p),
         ("sync_on_close", ctypes.c_int32),
+        ("fingerprint", ctypes.c_char_p),
     ]
 
 
@@ -189,6 +190,8 @@ def _declare(L):
         "llmrr_recorder_record_plan": (ctypes.c_int, [h, cp, ctypes.POINTER(Plan)]),
         "llmrr_recorder_wants_rows": (ctypes.c_int, [h, cp]),
         "llmrr_recorder_record_rows": (ctypes.c_int, [h, cp, vp, i32, i64, i64, i64, vp]),
+        "llmrr_recorder_record_fingerprints": (ctypes.c_int, [h, cp, vp, vp, vp, i64, i64, vp]),
+        "llmrr_fingerprint_mixsum64": (u64, [vp, i64]),
         "llmrr_recorder_record_routing": (ctypes.c_int, [h, ctypes.POINTER(Routing)]),
         "llmrr_recorder_record_logits": (ctypes.c_int, [h, u64, i32, i64, vp, i32, i64]),
         "llmrr_recorder_record_token": (ctypes.c_int, [h, u64, i32, i32, ctypes.c_double]),

@@ -88,6 +88,22 @@ class Recorder:
         self._check(self._L.llmrr_recorder_record_rows(self._h, site.encode(), address, dtype, rows,
                                                        cols, ld, br), "rows " + site)
 
+    def fingerprints(self, site, hashes, l2, max_abs, cols, batch_rows=None):
+        """Rows whose fingerprints were made where they live (a recorder opened with
+        fingerprint="mixsum64"; llmrr.fingerprint computes them): numpy uint64 hashes and
+        float32 l2 / max |x| (or None), one per row of `cols` elements."""
+        import numpy as np
+        hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
+        l2 = None if l2 is None else np.ascontiguousarray(l2, dtype=np.float32)
+        mx = None if max_abs is None else np.ascontiguousarray(max_abs, dtype=np.float32)
+        br = None
+        if batch_rows is not None:
+            br = (ctypes.c_int32 * len(batch_rows))(*[int(b) for b in batch_rows])
+        self._check(self._L.llmrr_recorder_record_fingerprints(
+            self._h, site.encode(), hashes.ctypes.data,
+            None if l2 is None else l2.ctypes.data, None if mx is None else mx.ctypes.data,
+            len(hashes), cols, br), "fingerprints " + site)
+
     def routing(self, layer, rows, k, experts_total, chosen, experts=None, gates=None,
                 outcome=None, capacity=0):
         """chosen / experts: int32 host addresses (rows x k); gates: float32; outcome: uint8."""

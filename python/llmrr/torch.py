@@ -29,11 +29,14 @@ every row the kernels ran on. Forward hooks name what they see with llmrr's site
 capture="layers" (default) keeps L<i>.out and the logits, "all" every site above, "none"
 only the batch, routing, logits and tokens. Hooks are registered only for the sites kept.
 
-Fingerprints: the library hashes the rows in place (xxh3-64 of the fp32 bits, bf16 / f16
-widened exactly to fp32 first, plus l2 and max |x|): a CPU tensor's data pointer goes through
-ctypes as it is, no copy (a non-contiguous tensor is made contiguous first). A CUDA tensor
-is copied to host memory, the recorded rows only, before hashing: the library hashes host
-memory; there is no device-side hash yet.
+Fingerprints are "mixsum64" (format/include/llmrr/format/fingerprint.h), an exact hash of
+the fp32 bits (bf16 / f16 widened exactly first) that does not depend on reduction order, so
+a row hashes the same on the CPU and on a GPU. A CPU tensor's data pointer goes through
+ctypes as it is, no copy (a non-contiguous tensor is made contiguous first), and the library
+hashes it. A CUDA tensor is hashed where it lives with torch integer ops (llmrr.fingerprint),
+and only the hashes, l2 and max |x| are copied to the host, once per step. Under
+`llmrr record-cuda` (a shared recorder, whose trace is xxh3-64) rows are copied to the host
+and hashed there, as before.
 
 Tokens: the token chosen from a step's logits is read from the next forward's input ids (or,
 after the last step, from what generate returns) and recorded with that step; a request
@@ -59,6 +62,7 @@ import numpy as np
 import torch
 
 from . import _lib
+from . import fingerprint as _fingerprint
 from .recorder import Recorder
 
 PADDING_REQUEST = 0xFFFFFFFF  # request id of the "padding" rows
@@ -92,9 +96,11 @@ class _HookRecorder:
             self.rec = shared
             self.owns = False
         else:
-            self.rec = Recorder(path, **self._config(model, cfg, capture, top_k, logits,
-                                                     zstd_level))
+            self.rec = Recorder(path, fingerprint=_fingerprint.KIND,
+                                **self._config(model, cfg, capture, top_k, logits, zstd_level))
             self.owns = True
+        self.device_hash = self.owns  # a shared (record-cuda) trace hashes host rows
+        self.pending = _fingerprint.Pending()
         self.handles = []
         self.step = -1
         self.in_step = False
@@ -275,6 +281,7 @@ class _HookRecorder:
             and mask.dim() == 2 else None
         if self.in_step:
             self._tokens_from_inputs(ids, B)
+            self.pending.flush(self.rec)
             self.rec.end_step()
             self.in_step = False
         if not self.requests or len(self.requests) != B:
@@ -378,6 +385,7 @@ class _HookRecorder:
             if r["live"] and r["arrived"]:
                 self.rec.finish(r["id"], reason, r["generated"])
                 r["live"] = False
+        self.pending.flush(self.rec)
         self.rec.end_step()
         self.in_step = False
 
@@ -401,6 +409,11 @@ class _HookRecorder:
             return
         x = _tensor(out)
         if x is None:
+            return
+        if self.device_hash and x.device.type != "cpu":
+            x = x.detach().reshape(-1, x.shape[-1])
+            if x.shape[0] == self.rows:
+                self.pending.add(site, x)
             return
         h = self._host_rows(x, self.rows)
         if h is None:

@@ -15,175 +15,14 @@
 #include <unordered_set>
 #include <vector>
 
+#include "c_api_internal.h"
+#include "llmrr/format/fingerprint.h"
 #include "llmrr/format/status.h"
 #include "llmrr/kernels/plan.h"
 #include "llmrr/recorder/trace_recorder.h"
 #include "llmrr/runtime/site.h"
 
-using llmrr::ErrorCode;
-using llmrr::Status;
-
-struct llmrr_recorder {
-  std::mutex mu;
-  std::unique_ptr<llmrr::TraceRecorder> rec;
-  int32_t vocab = 0;  // from the config; 0 = unchecked
-  bool in_step = false;
-  bool any_step = false;
-  int64_t step = 0;
-  int64_t step_rows = 0;
-  std::vector<llmrr::BatchSegment> segments;
-  std::unordered_set<uint64_t> plan_sites, row_sites;
-  std::unordered_set<int32_t> routing_layers;
-  std::set<std::pair<uint64_t, int32_t>> logits_rows, token_rows;
-  std::unordered_set<uint64_t> requests, finished;
-  std::vector<float> scratch;
-  Status sticky;  // the error that stopped recording
-};
-
-namespace {
-
-thread_local std::string g_last_error;
-
-int code_of(const Status& st) {
-  return static_cast<int>(st.code());
-}
-
-int fail_call(ErrorCode code, const std::string& message) {
-  g_last_error = Status(code, message).to_string();
-  return static_cast<int>(code);
-}
-
-// A bad call: nothing recorded for it; the trace says records were dropped.
-int bad_call(llmrr_recorder* r, const char* fn, const std::string& what) {
-  std::string message = std::string(fn) + ": " + what;
-  if (r && r->rec) r->rec->mark_lossy("a record was dropped: " + message);
-  return fail_call(ErrorCode::kInvalidArgument, message);
-}
-
-// After a forwarded callback: did recording stop?
-int after(llmrr_recorder* r) {
-  if (!r->rec->status().ok()) {
-    r->sticky = r->rec->status();
-    g_last_error = r->sticky.to_string();
-    return code_of(r->sticky);
-  }
-  return LLMRR_OK;
-}
-
-int stopped(llmrr_recorder* r) {
-  if (r->sticky.ok() && !r->rec->status().ok()) r->sticky = r->rec->status();
-  if (r->sticky.ok()) return LLMRR_OK;
-  g_last_error = r->sticky.to_string();
-  return code_of(r->sticky);
-}
-
-// Runs `body` with the handle locked, turning anything thrown into an error code. The
-// recorder inside catches its own failures; this guard covers the conversions here.
-template <typename F>
-int guarded(llmrr_recorder* r, const char* fn, F&& body) {
-  if (r == nullptr)
-    return fail_call(ErrorCode::kInvalidArgument, std::string(fn) + ": null recorder");
-  try {
-    std::lock_guard<std::mutex> lock(r->mu);
-    if (!r->rec)
-      return fail_call(ErrorCode::kInvalidArgument, std::string(fn) + ": closed recorder");
-    if (int s = stopped(r); s != LLMRR_OK) return s;
-    return body();
-  } catch (const std::bad_alloc&) {
-    return fail_call(ErrorCode::kResourceLimit, std::string(fn) + ": out of memory");
-  } catch (const std::exception& e) {
-    return fail_call(ErrorCode::kInternal, std::string(fn) + ": " + e.what());
-  } catch (...) {
-    return fail_call(ErrorCode::kInternal, std::string(fn) + ": unknown exception");
-  }
-}
-
-std::string str(const char* s) {
-  return s ? std::string(s) : std::string();
-}
-
-bool parse_site_name(const char* name, llmrr::SiteId* out) {
-  if (name == nullptr) return false;
-  std::optional<llmrr::SiteId> site = llmrr::parse_site(name);
-  if (!site) return false;
-  *out = *site;
-  return true;
-}
-
-std::string unknown_site(const char* name) {
-  return "unknown site '" + str(name) +
-         "' (llmrr site names: embed, L<i>.attn.q, L<i>.mlp.down, L<i>.moe.e<j>.up, L<i>.out, "
-         "final_norm, logits, ...; see runtime/include/llmrr/runtime/site.h)";
-}
-
-float bf16_to_f32(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-// Exact IEEE half → single (subnormals, infinities and NaN payloads kept).
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t man = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112u) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign;
-  } else {
-    // Subnormal: normalize.
-    int e = -1;
-    do {
-      ++e;
-      man <<= 1;
-    } while ((man & 0x400u) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((man & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-// Widens rows × cols elements (row stride ld) of `dtype` into out (dense, ld = cols).
-void widen(const void* data, int32_t dtype, int64_t rows, int64_t cols, int64_t ld,
-           std::vector<float>* out) {
-  out->resize(static_cast<size_t>(rows * cols));
-  const uint16_t* p = static_cast<const uint16_t*>(data);
-  float* o = out->data();
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* row = p + r * ld;
-    float* dst = o + r * cols;
-    if (dtype == LLMRR_DTYPE_BF16) {
-      for (int64_t c = 0; c < cols; ++c) dst[c] = bf16_to_f32(row[c]);
-    } else {
-      for (int64_t c = 0; c < cols; ++c) dst[c] = f16_to_f32(row[c]);
-    }
-  }
-}
-
-bool dtype_ok(int32_t dtype) {
-  return dtype == LLMRR_DTYPE_F32 || dtype == LLMRR_DTYPE_BF16 || dtype == LLMRR_DTYPE_F16;
-}
-
-const llmrr::BatchSegment* segment_of(const llmrr_recorder* r, uint64_t request, int32_t position,
-                                      int64_t* batch_row) {
-  int64_t row = 0;
-  for (const llmrr::BatchSegment& g : r->segments) {
-    if (g.request == request && position >= g.start && position < g.start + g.count) {
-      if (batch_row) *batch_row = row + (position - g.start);
-      return &g;
-    }
-    row += g.count;
-  }
-  return nullptr;
-}
-
-}  // namespace
+using namespace llmrr::c_api_internal;
 
 extern "C" {
 
@@ -245,6 +84,12 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     for (int32_t v : sizes) {
       if (v < 0) return bad("model sizes and threads must be >= 0");
     }
+    const std::string fingerprint = str(c.fingerprint);
+    if (!fingerprint.empty() && fingerprint != llmrr::trace::kFingerprintXxh3 &&
+        fingerprint != llmrr::trace::kFingerprintMixsum) {
+      return bad("fingerprint must be \"xxh3-64\" or \"mixsum64\", found '" +
+                 fingerprint.substr(0, 60) + "'");
+    }
     const std::string extra = str(c.extra_config_json);
     if (!extra.empty()) {
       nlohmann::json j = nlohmann::json::parse(extra, nullptr, false);
@@ -273,6 +118,7 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     h.engine.policy = c.policy && *c.policy ? std::string(c.policy) : std::string("external");
     h.engine.threads = c.threads;
     h.engine.seed = c.seed;
+    h.engine.fingerprint = fingerprint == llmrr::trace::kFingerprintXxh3 ? "" : fingerprint;
     h.extra_config_json = extra;
     h.command_line = str(c.command_line);
     if (c.device_name && *c.device_name) h.device.name = c.device_name;
@@ -293,6 +139,7 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     auto handle = std::make_unique<llmrr_recorder>();
     handle->rec = std::move(rec).value();
     handle->vocab = c.vocab;
+    handle->caller_hashes = fingerprint == llmrr::trace::kFingerprintMixsum;
     *out = handle.release();
     return LLMRR_OK;
   } catch (const std::bad_alloc&) {
@@ -480,67 +327,6 @@ int llmrr_recorder_wants_rows(llmrr_recorder* r, const char* site_name) {
   } catch (...) {
     return -fail_call(ErrorCode::kInternal, std::string(fn) + ": unexpected exception");
   }
-}
-
-int llmrr_recorder_record_rows(llmrr_recorder* r, const char* site_name, const void* data,
-                               int32_t dtype, int64_t rows, int64_t cols, int64_t ld,
-                               const int32_t* batch_rows) {
-  static const char* fn = "llmrr_recorder_record_rows";
-  return guarded(r, fn, [&]() -> int {
-    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
-    llmrr::SiteId site;
-    if (!parse_site_name(site_name, &site)) return bad_call(r, fn, unknown_site(site_name));
-    const std::string where = std::string("site ") + site_name;
-    if (r->row_sites.count(site.packed())) {
-      return bad_call(r, fn, where + ": rows already recorded in step " + std::to_string(r->step));
-    }
-    if (!dtype_ok(dtype))
-      return bad_call(r, fn, where + ": unknown dtype " + std::to_string(dtype));
-    if (ld == 0) ld = cols;
-    if (rows < 1 || cols < 1 || ld < cols || cols > std::numeric_limits<int32_t>::max()) {
-      return bad_call(r, fn,
-                      where + ": needs rows >= 1, cols >= 1, ld = 0 or >= cols (rows " +
-                          std::to_string(rows) + ", cols " + std::to_string(cols) + ", ld " +
-                          std::to_string(ld) + ")");
-    }
-    if (data == nullptr) return bad_call(r, fn, where + ": data is null");
-    if (batch_rows == nullptr && rows > r->step_rows) {
-      return bad_call(r, fn,
-                      where + ": " + std::to_string(rows) + " rows in a batch of " +
-                          std::to_string(r->step_rows));
-    }
-    if (batch_rows != nullptr) {
-      std::vector<bool> seen(static_cast<size_t>(r->step_rows), false);
-      for (int64_t i = 0; i < rows; ++i) {
-        const int32_t b = batch_rows[i];
-        if (b < 0 || b >= r->step_rows || seen[static_cast<size_t>(b)]) {
-          return bad_call(r, fn,
-                          where + ": batch_rows[" + std::to_string(i) + "] is " +
-                              std::to_string(b) + " (each once, in [0, " +
-                              std::to_string(r->step_rows) + "))");
-        }
-        seen[static_cast<size_t>(b)] = true;
-      }
-    }
-    r->row_sites.insert(site.packed());
-    if (!r->rec->wants_rows(site)) return LLMRR_OK;  // not at this capture level
-    llmrr::RowsView v;
-    v.step = r->step;
-    v.site = site;
-    v.rows = rows;
-    v.cols = cols;
-    v.batch_rows = batch_rows;
-    if (dtype == LLMRR_DTYPE_F32) {
-      v.data = static_cast<const float*>(data);
-      v.ld = ld;
-    } else {
-      widen(data, dtype, rows, cols, ld, &r->scratch);
-      v.data = r->scratch.data();
-      v.ld = cols;
-    }
-    r->rec->on_rows(v);
-    return after(r);
-  });
 }
 
 int llmrr_recorder_record_routing(llmrr_recorder* r, const llmrr_routing* g) {

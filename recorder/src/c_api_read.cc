@@ -167,7 +167,8 @@ nlohmann::json header_json(const trace::TraceReader& r) {
                  {"load", e.load},
                  {"capture", trace::capture_level_name(e.capture)},
                  {"logits_mode", trace::logits_mode_name(e.logits_mode)},
-                 {"top_k", e.top_k}};
+                 {"top_k", e.top_k},
+                 {"fingerprint", trace::fingerprint_kind(e)}};
   // extra_config_json is the producer's own JSON object; pass it through when it parses.
   nlohmann::json extra = nlohmann::json::parse(h.extra_config_json, nullptr, false);
   j["extra_config"] = extra.is_discarded() ? nlohmann::json(h.extra_config_json) : extra;

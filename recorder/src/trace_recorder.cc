@@ -92,6 +92,7 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& pa
   header.engine.capture = options.capture;
   header.engine.logits_mode = options.logits;
   header.engine.top_k = options.top_k;
+  rec->mixsum_rows_ = header.engine.fingerprint == trace::kFingerprintMixsum;
 
   if (options.reference != nullptr) {
     // Index the reference's full-logit blobs by (prompt hash, position).
@@ -474,8 +475,11 @@ void TraceRecorder::complete_and_append(recorder_internal::StepSlot& slot) {
     for (const recorder_internal::PendingRows& p : slot.rows) {
       trace::SiteRows& rows = step.rows[p.index];
       const float* data = slot.arena.at(p.offset);
-      for (int64_t r = 0; r < p.rows; ++r)
-        rows.rows[static_cast<size_t>(r)] = trace::fingerprint_row(data + r * p.cols, p.cols);
+      for (int64_t r = 0; r < p.rows; ++r) {
+        trace::Fingerprint& f = rows.rows[static_cast<size_t>(r)];
+        f = trace::fingerprint_row(data + r * p.cols, p.cols);
+        if (mixsum_rows_) f.hash = trace::mixsum64(data + r * p.cols, p.cols);
+      }
       fingerprints += p.rows;
     }
     int64_t blobs = 0, xor_blobs = 0;

@@ -211,7 +211,8 @@ TEST(KernelTraceCli, InspectDumpVerifyHandleKernelOnlyTraces) {
   write_trace(p, run_m64());
   auto v = run_llmrr({"verify", p});
   EXPECT_EQ(v.exit_code, 0) << v.err;
-  EXPECT_NE(v.out.find("ok: format 1.1"), std::string::npos) << v.out;
+  const std::string format = "ok: format 1." + std::to_string(llmrr::trace::kFormatMinor);
+  EXPECT_NE(v.out.find(format), std::string::npos) << v.out;
   EXPECT_NE(v.out.find("6 kernel records"), std::string::npos) << v.out;
   auto in = run_llmrr({"inspect", p});
   EXPECT_EQ(in.exit_code, 0) << in.err;

@@ -476,6 +476,85 @@ TEST(CApi, BadCallsAreRefusedAndRecordingGoesOn) {
   EXPECT_EQ(s.tokens.size(), 1u);
 }
 
+// A trace whose row hashes are mixsum64: rows the library hashes (record_rows) and
+// fingerprints the caller made on its device (record_fingerprints) read back as
+// mixsum64 of the same bits, and the header says the kind; the two calls are refused on a
+// trace of the other kind, and an unknown kind at open.
+TEST(CApi, CallerFingerprintsAreMixsum64) {
+  llmrr_recorder_config cfg;
+  llmrr_recorder_config_init(&cfg);
+  cfg.vocab = 16;
+  cfg.capture = LLMRR_CAPTURE_ALL;
+  cfg.fingerprint = "mixsum64";
+  const std::string path = temp_path("mixsum.trace");
+  llmrr_recorder* r = open_or_fail(path, &cfg);
+  ASSERT_NE(r, nullptr);
+  llmrr_request q = make_request(0);
+  ASSERT_EQ(llmrr_recorder_add_request(r, &q), LLMRR_OK);
+  llmrr_segment seg{};
+  seg.request = 0;
+  seg.count = 3;
+  seg.sample = 1;
+  ASSERT_EQ(llmrr_recorder_begin_step(r, 0, &seg, 1), LLMRR_OK) << llmrr_recorder_last_error();
+  std::vector<float> rows(3 * 8);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i) * 0.37f - 3.0f;
+  ASSERT_EQ(llmrr_recorder_record_rows(r, "L0.out", rows.data(), LLMRR_DTYPE_F32, 3, 8, 0,
+                                       nullptr),
+            LLMRR_OK)
+      << llmrr_recorder_last_error();
+  const uint64_t hashes[2] = {llmrr_fingerprint_mixsum64(rows.data() + 8, 8), 42};
+  const float l2[2] = {1.5f, 2.5f}, mx[2] = {0.5f, 0.25f};
+  const int32_t batch_rows[2] = {1, 2};
+  ASSERT_EQ(llmrr_recorder_record_fingerprints(r, "L0.attn.q", hashes, l2, mx, 2, 8, batch_rows),
+            LLMRR_OK)
+      << llmrr_recorder_last_error();
+  EXPECT_EQ(llmrr_recorder_record_fingerprints(r, "L0.attn.q", hashes, l2, mx, 2, 8, batch_rows),
+            LLMRR_E_INVALID_ARGUMENT);  // each site once per step
+  EXPECT_EQ(llmrr_recorder_record_fingerprints(r, "L0.attn.k", nullptr, l2, mx, 2, 8, nullptr),
+            LLMRR_E_INVALID_ARGUMENT);
+  ASSERT_EQ(llmrr_recorder_end_step(r), LLMRR_OK) << llmrr_recorder_last_error();
+  ASSERT_EQ(llmrr_recorder_close(r), LLMRR_OK) << llmrr_recorder_last_error();
+
+  auto reader = open_reader(path);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_EQ(reader->run_header().engine.fingerprint, "mixsum64");
+  trace::StepRecord step;
+  ASSERT_TRUE(reader->read_step(0, &step).ok());
+  ASSERT_EQ(step.rows.size(), 2u);
+  const trace::SiteRows& out = step.rows[0];
+  ASSERT_EQ(out.rows.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const trace::Fingerprint want = trace::fingerprint_row(rows.data() + i * 8, 8);
+    EXPECT_EQ(out.rows[static_cast<size_t>(i)].hash, trace::mixsum64(rows.data() + i * 8, 8));
+    EXPECT_EQ(out.rows[static_cast<size_t>(i)].l2, want.l2);
+    EXPECT_EQ(out.rows[static_cast<size_t>(i)].max_abs, want.max_abs);
+  }
+  const trace::SiteRows& q_rows = step.rows[1];
+  ASSERT_EQ(q_rows.rows.size(), 2u);
+  EXPECT_EQ(q_rows.rows[0].hash, trace::mixsum64(rows.data() + 8, 8));
+  EXPECT_EQ(q_rows.rows[1].hash, 42u);
+  EXPECT_EQ(q_rows.rows[1].l2, 2.5f);
+  EXPECT_EQ(q_rows.rows[1].max_abs, 0.25f);
+  EXPECT_EQ(q_rows.batch_rows, (std::vector<int32_t>{1, 2}));
+
+  // An xxh3-64 trace takes no caller fingerprints.
+  llmrr_recorder* x = open_or_fail(temp_path("xxh.trace"));
+  ASSERT_NE(x, nullptr);
+  ASSERT_EQ(llmrr_recorder_add_request(x, &q), LLMRR_OK);
+  ASSERT_EQ(llmrr_recorder_begin_step(x, 0, &seg, 1), LLMRR_OK);
+  EXPECT_EQ(llmrr_recorder_record_fingerprints(x, "L0.out", hashes, l2, mx, 2, 8, batch_rows),
+            LLMRR_E_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(llmrr_recorder_last_error()).find("xxh3-64"), std::string::npos);
+  llmrr_recorder_close(x);
+
+  cfg.fingerprint = "md5";
+  llmrr_recorder* bad = nullptr;
+  EXPECT_EQ(llmrr_recorder_open(temp_path("bad.trace").c_str(), &cfg, &bad),
+            LLMRR_E_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(llmrr_recorder_last_error()).find("fingerprint"), std::string::npos);
+  EXPECT_EQ(bad, nullptr);
+}
+
 TEST(CApi, OpenErrors) {
   llmrr_recorder* r = reinterpret_cast<llmrr_recorder*>(0x1);
   EXPECT_EQ(llmrr_recorder_open("/dev/full", nullptr, &r), LLMRR_E_IO);

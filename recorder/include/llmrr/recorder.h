@@ -146,6 +146,13 @@ typedef struct llmrr_recorder_config {
    * write-back (EIO, ENOSPC on a full or failing disk) makes close return an error and the
    * trace's footer say lossy, instead of the loss going unnoticed. Default 0. */
   int32_t sync_on_close;
+  /* The kind of row hash (the run header says it, and diff compares only like with like):
+   * NULL or "xxh3-64" (default): xxh3-64 of the rows given to llmrr_recorder_record_rows;
+   * "mixsum64": an order-free hash a device computes exactly (llmrr_fingerprint_mixsum64),
+   * of host rows given to llmrr_recorder_record_rows (the library hashes them) or made by
+   * the caller where the tensor lives and given to llmrr_recorder_record_fingerprints
+   * (without copying the rows). One kind per trace. */
+  const char* fingerprint;
 } llmrr_recorder_config;
 
 /* One request (a prompt and its sampling parameters). */
@@ -232,6 +239,20 @@ LLMRR_API int llmrr_recorder_wants_rows(llmrr_recorder* recorder, const char* si
 LLMRR_API int llmrr_recorder_record_rows(llmrr_recorder* recorder, const char* site,
                                          const void* data, int32_t dtype, int64_t rows,
                                          int64_t cols, int64_t ld, const int32_t* batch_rows);
+
+/* Rows at `site` whose fingerprints the caller computed (a recorder opened with
+ * config.fingerprint = "mixsum64"): hashes[r] is llmrr_fingerprint_mixsum64 of row r (of
+ * `cols` elements), l2[r] and max_abs[r] its sqrt(sum x^2) and max |x| (may be NULL: 0).
+ * batch_rows as for llmrr_recorder_record_rows. Each site once per step. */
+LLMRR_API int llmrr_recorder_record_fingerprints(llmrr_recorder* recorder, const char* site,
+                                                 const uint64_t* hashes, const float* l2,
+                                                 const float* max_abs, int64_t rows, int64_t cols,
+                                                 const int32_t* batch_rows);
+
+/* The "mixsum64" hash of an fp32 row of n elements (format/include/llmrr/format/
+ * fingerprint.h defines it): what a caller hashing on its own device must match bit for bit.
+ * NULL row with n > 0 returns 0. */
+LLMRR_API uint64_t llmrr_fingerprint_mixsum64(const float* row, int64_t n);
 
 /* The routing of one MoE layer for every row of the step (routing->rows must equal the
  * step's rows; each layer once per step). */

@@ -151,6 +151,7 @@ std::vector<std::string> header_differences(const trace::RunHeader& a, const tra
       std::to_string(b.engine.max_batch_tokens));
   cmp("prefill chunk", std::to_string(a.engine.prefill_chunk),
       std::to_string(b.engine.prefill_chunk));
+  cmp("row hash", trace::fingerprint_kind(a.engine), trace::fingerprint_kind(b.engine));
   cmp("capture", trace::capture_level_name(a.engine.capture),
       trace::capture_level_name(b.engine.capture));
   cmp("host ISA", a.host.isa, b.host.isa);

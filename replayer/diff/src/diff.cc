@@ -57,7 +57,18 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
                       : (ca == trace::CaptureLevel::kNone || cb == trace::CaptureLevel::kNone)
                           ? DigestSites::kNone
                           : DigestSites::kLayers;
-  if (ca != cb) {
+  // Row hashes of different kinds (xxh3-64 from llmrr's engine or host-side hooks, mixsum64
+  // hashed on the tensor's device) never compare equal: rows are left out, logits and tokens
+  // (hashed by the library in both) are still compared.
+  const std::string fa = trace::fingerprint_kind(rep.a_header.engine),
+                    fb = trace::fingerprint_kind(rep.b_header.engine);
+  if (fa != fb) {
+    which = DigestSites::kNone;
+    rep.notes.push_back("the traces hash rows differently (" + fa + " vs " + fb +
+                        "): rows are not compared, only logits and tokens; record both the same "
+                        "way to name the first differing site");
+  }
+  if (ca != cb && fa == fb) {
     rep.notes.push_back(std::string("the traces captured different sites (") +
                         trace::capture_level_name(ca) + " vs " + trace::capture_level_name(cb) +
                         "): rows are compared at the sites both hold");

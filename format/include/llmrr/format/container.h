@@ -32,7 +32,9 @@ inline constexpr uint16_t kFormatMajor = 1;
 // 1.1: KernelRecord gained kind, shared memory, bytes, copy_kind, device; Footer gained
 // kernel_records and dropped_records (CUPTI capture, recorder/cupti/); Plan gained cublaslt (the cuBLASLt algorithm
 // as the plan) and the run header's device its runtime and cuBLASLt versions.
-inline constexpr uint16_t kFormatMinor = 1;
+// 1.2: EngineConfig gained fingerprint, the kind of the SiteRows hashes ("mixsum64" from
+// llmrr.torch / llmrr.vllm, computed on the tensor's device).
+inline constexpr uint16_t kFormatMinor = 2;
 
 inline constexpr unsigned char kFileMagic[8] = {0x89, 'L', 'L', 'M', 'R', 'R', '\r', '\n'};
 inline constexpr unsigned char kFrameMagic[4] = {'L', 'R', 'F', 'M'};

@@ -29,4 +29,24 @@ Fingerprint fingerprint_bytes(const void* data, size_t bytes);
 // xxh3-64 of raw bytes (seed 0): the hash used everywhere in traces.
 uint64_t hash_bytes(const void* data, size_t bytes);
 
+// The kinds of row hash a trace can hold (EngineConfig::fingerprint); "" means kXxh3.
+inline constexpr const char* kFingerprintXxh3 = "xxh3-64";
+inline constexpr const char* kFingerprintMixsum = "mixsum64";
+
+// "mixsum64": a row hash that any device computes exactly, in whatever order it reduces,
+// with integer operations on the raw bits (llmrr.torch and llmrr.vllm compute it with torch
+// ops where the tensor lives and copy only the hashes to the host). For an fp32 row
+// x[0..n) (bf16 / f16 widened exactly to fp32 first), u_i = the 32 bits of x[i], and for
+// lane j = 0, 1 (every operation mod 2^32 except the sum):
+//   a = u_i ^ (i * P_j + S_j);  a ^= a >> 16;  a *= M1;  a ^= a >> 15;  a *= M2;  a ^= a >> 16
+//   T_j = sum_i a                                  (exact in 64 bits for n < 2^32)
+//   hash = splitmix64(T_0 ^ splitmix64(T_1 ^ n))
+// with P = {0x61C88647, 0x2545F491}, S = {0x1B873593, 0x27D4EB2F}, M1 = 0x7FEB352D,
+// M2 = 0x68E31DA5 (all below 2^31, so a device can do it in int64 without overflow). An
+// integer sum is associative, so the hash does not depend on the reduction order; the
+// position term makes it depend on where each value sits. Equal bits give equal hashes;
+// unlike xxh3 it is not a cryptographic-grade mix, but a one-bit change in any element
+// changes T_0 and T_1.
+uint64_t mixsum64(const float* row, int64_t n);
+
 }  // namespace llmrr::trace

@@ -106,8 +106,15 @@ struct EngineConfig {
   CaptureLevel capture = CaptureLevel::kLayers;
   LogitsMode logits_mode = LogitsMode::kTopK;
   int32_t top_k = 32;
+  // How SiteRows hashes were made: "" (= "xxh3-64") or "mixsum64" (fingerprint.h).
+  std::string fingerprint;
   bool operator==(const EngineConfig&) const = default;
 };
+
+// The kind of an EngineConfig's row hashes, "" read as "xxh3-64" (fingerprint.h).
+inline std::string fingerprint_kind(const EngineConfig& e) {
+  return e.fingerprint.empty() ? std::string("xxh3-64") : e.fingerprint;
+}
 
 struct RunHeader {
   // Written by TraceWriter (any value the caller sets is ignored); TraceReader reports the

@@ -157,6 +157,7 @@ class TraceRecorder final : public Observer {
   RecorderOptions options_;
   std::unique_ptr<trace::TraceWriter> writer_;
   bool closed_ = false;
+  bool mixsum_rows_ = false;  // header.engine.fingerprint "mixsum64": rows hashed that way
   bool in_step_ = false;
   std::atomic<bool> stopped_{false};  // an error stopped recording
 

@@ -1,0 +1,159 @@
+"""Recording cost in a real runtime: throughput recorded over unrecorded, side by side.
+
+    build/venv-vllm/bin/python bench/python/record_overhead.py [--runtime vllm|transformers|both]
+        [--layers 30] [--hidden 576] [--batch 8] [--tokens 32] [--rounds 3]
+
+The model is a seeded random Llama of SmolLM2-135M's shape (hidden 576, 9 heads, 3 KV heads,
+MLP 1536, 30 layers, vocab 49152), fp32, made once under ~/.cache/llmrr/bench-models. Each
+round runs every mode once, in a fresh process, interleaved (off, none, layers, all), so a
+noisy machine slows all modes alike; a process warms up with one batch, then times --reps
+batches of --batch prompts x --tokens greedy tokens. Prints each mode's median tokens/s and
+its ratio to "off" (medians over rounds). vLLM runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING
+=0) with enforce_eager=True (row hooks need eager mode); "off" is the same run without the
+plugin switched on. transformers runs generate() with llmrr.torch.record.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODES = ["off", "none", "layers", "all"]
+
+
+def make_model(path, hidden, layers):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    heads = hidden // 64
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
+                      num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=heads // 3 if heads % 3 == 0 else 1,
+                      max_position_embeddings=2048, tie_word_embeddings=True,
+                      eos_token_id=2, bos_token_id=1, rope_theta=100000.0)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(path)
+
+
+def prompts(batch):
+    return [[1] + [(97 * b + 13 * i) % 49000 + 100 for i in range(24 + 3 * b)]
+            for b in range(batch)]
+
+
+def child_vllm(a):
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    llm = LLM(model=a.model, skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
+              max_model_len=512, kv_cache_memory_bytes=256 << 20, max_num_seqs=a.batch,
+              max_num_batched_tokens=max(256, a.batch), seed=0, enable_prefix_caching=False)
+    sp = SamplingParams(temperature=0, max_tokens=a.tokens, ignore_eos=True, detokenize=False)
+    ps = [TokensPrompt(prompt_token_ids=p) for p in prompts(a.batch)]
+    if a.mode != "off":
+        import llmrr.vllm
+    llm.generate(ps, sp, use_tqdm=False)  # warm-up (and the recorder's start)
+    times = []
+    for r in range(a.reps):
+        if a.mode != "off":
+            llmrr.vllm.rotate(os.path.join(a.tmp, "v-%s-%d.trace" % (a.mode, r)))
+        t = time.perf_counter()
+        llm.generate(ps, sp, use_tqdm=False)
+        times.append(time.perf_counter() - t)
+    return a.batch * a.tokens / statistics.median(times)
+
+
+def child_transformers(a):
+    import torch
+    import transformers
+    m = transformers.AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).eval()
+    ps = prompts(a.batch)
+    n = max(len(p) for p in ps)
+    ids = torch.tensor([[0] * (n - len(p)) + p for p in ps])
+    mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in ps])
+    kw = dict(attention_mask=mask, max_new_tokens=a.tokens, min_new_tokens=a.tokens,
+              do_sample=False, pad_token_id=0)
+
+    def run(i):
+        if a.mode == "off":
+            with torch.no_grad():
+                m.generate(ids, **kw)
+        else:
+            import llmrr.torch
+            path = os.path.join(a.tmp, "t-%s-%d.trace" % (a.mode, i))
+            with torch.no_grad(), llmrr.torch.record(m, path, capture=a.mode):
+                m.generate(ids, **kw)
+    run(-1)
+    times = []
+    for r in range(a.reps):
+        t = time.perf_counter()
+        run(r)
+        times.append(time.perf_counter() - t)
+    return a.batch * a.tokens / statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runtime", default="both", choices=["vllm", "transformers", "both"])
+    p.add_argument("--layers", type=int, default=30)
+    p.add_argument("--hidden", type=int, default=576)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--mode", help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    p.add_argument("--tmp", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        tps = (child_vllm if a.child == "vllm" else child_transformers)(a)
+        print(json.dumps({"tokens_per_s": tps}))
+        return
+    cache = os.path.expanduser(os.environ.get("LLMRR_CACHE", "~/.cache/llmrr"))
+    model = os.path.join(cache, "bench-models", "llama-h%d-l%d" % (a.hidden, a.layers))
+    if not os.path.exists(os.path.join(model, "config.json")):
+        make_model(model, a.hidden, a.layers)
+    runtimes = ["vllm", "transformers"] if a.runtime == "both" else [a.runtime]
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        flags = open("/proc/cpuinfo").read()
+        isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+    except OSError:
+        isa = "?"
+    print("# %s (%s), %d cores; model %s; batch %d x %d tokens; %d rounds x %d reps" % (
+        cpu, isa, os.cpu_count(), os.path.basename(model), a.batch, a.tokens, a.rounds, a.reps))
+    with tempfile.TemporaryDirectory(prefix="llmrr-bench-") as tmp:
+        for rt in runtimes:
+            results = {m: [] for m in MODES}
+            for _ in range(a.rounds):
+                for mode in MODES:
+                    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+                    env.pop("LLMRR_VLLM_TRACE", None)
+                    if rt == "vllm" and mode != "off":
+                        env["LLMRR_VLLM_TRACE"] = os.path.join(tmp, "warm-%s.trace" % mode)
+                        env["LLMRR_VLLM_CAPTURE"] = mode
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--child", rt, "--mode", mode, "--model",
+                         model, "--tmp", tmp, "--batch", str(a.batch), "--tokens",
+                         str(a.tokens), "--reps", str(a.reps)],
+                        env=env, capture_output=True, text=True)
+                    if out.returncode != 0:
+                        sys.exit("%s %s failed:\n%s" % (rt, mode, out.stderr[-3000:]))
+                    line = [x for x in out.stdout.splitlines() if x.startswith("{")][-1]
+                    results[mode].append(json.loads(line)["tokens_per_s"])
+            off = statistics.median(results["off"])
+            print("| %s capture | tokens/s (median) | recorded / off |" % rt)
+            print("|---|---:|---:|")
+            for mode in MODES:
+                med = statistics.median(results[mode])
+                print("| %s | %.1f | %.3f |" % (mode, med, med / off), flush=True)
+            print("  per round:", {m: [round(x, 1) for x in v] for m, v in results.items()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,602 @@
+"""llmrr.vllm: record vLLM engine steps into an llmrr trace (a vLLM general plugin).
+
+    LLMRR_VLLM_TRACE=run.trace python serve.py          # any vLLM program
+    llmrr record-vllm -o run.trace -- python serve.py   # the same, from the llmrr CLI
+
+vLLM loads the plugin (entry point group vllm.general_plugins) in every process it starts;
+when $LLMRR_VLLM_TRACE names a trace, the plugin patches the model runner class, so the
+recording happens where the model runs: in the worker process in vLLM's default
+multiprocess mode, in the caller's process with VLLM_ENABLE_V1_MULTIPROCESSING=0. One
+trace per worker: with tensor parallelism, rank r > 0 writes <trace>.rank<r>.
+
+Per engine step (one execute_model / sample_tokens pair) it records:
+- the batch composition, in the model runner's row order: for each scheduled request its
+  rows, positions (from the request's computed tokens, so a prefix-cache hit starts past 0),
+  prefill chunk or decode, and whether the step samples it. Requests become llmrr requests
+  with their prompt, sampling parameters and arrival step; vLLM's id "8-8c4800be" is
+  request 8 (a numeric user id), other ids are numbered in arrival order and kept as label.
+- row fingerprints at llmrr's sites through forward hooks on the model's modules (capture
+  "layers": L<i>.out and the logits; "all" adds attention and MLP sites; "none": neither),
+  hashed with "mixsum64": host tensors by the C library in place, GPU tensors where they
+  live (llmrr.fingerprint), with one copy of the hashes to the host per step.
+- the logits of every sampled row (the recorder keeps the top-K), the sampled tokens, and
+  MoE routing (top-k ids and weights) where the model exposes its router.
+- a run header with vLLM and torch versions, attention backend, dtype, eager or compiled,
+  VLLM_BATCH_INVARIANT, max_num_batched_tokens, chunked prefill, prefix caching, TP size
+  and device.
+
+Under `llmrr record-cuda` ($LLMRR_SHARED_RECORDER_LIB names the injection library) the steps
+go into that library's trace instead, bracketed with the NVTX range "llmrr.step", so kernel
+records and fingerprints share step numbers (rows are then copied to the host and hashed
+there: that trace is xxh3-64). Not verified on a GPU yet.
+
+Hooks fire only in eager mode (enforce_eager=True); a compiled model is recorded at step
+level (composition, logits, tokens), and the header and stderr say so.
+
+Settings: $LLMRR_VLLM_CAPTURE (none | layers | all, default layers), $LLMRR_VLLM_TOP_K (32).
+Recording never breaks vLLM: a failure warns once on stderr, marks the trace lossy where it
+can, and stops recording; vLLM goes on.
+"""
+import json
+import os
+import re
+import sys
+
+ENV_TRACE = "LLMRR_VLLM_TRACE"
+ENV_CAPTURE = "LLMRR_VLLM_CAPTURE"
+ENV_TOP_K = "LLMRR_VLLM_TOP_K"
+STEP_RANGE = "llmrr.step"
+
+_patched = False
+_active = []  # the step recorders of this process
+
+
+def rotate(path):
+    """In-process vLLM (VLLM_ENABLE_V1_MULTIPROCESSING=0): close the current trace and record
+    the next steps into `path`, so that one engine records one trace per run (the fuzzer
+    does this). Returns the number of model runners switched (0 before the first step)."""
+    for r in _active:
+        r.reopen(path)
+    return len(_active)
+
+
+def register():
+    """vLLM general plugin entry point: runs in every vLLM process. Patches the model runner
+    when $LLMRR_VLLM_TRACE is set; does nothing otherwise."""
+    global _patched
+    if _patched or not os.environ.get(ENV_TRACE):
+        return
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except Exception as e:  # an unknown vLLM layout: say so, never break vLLM
+        _warn("cannot find vLLM's model runner (%s); not recording" % e)
+        return
+    _patch(GPUModelRunner)
+    _patched = True
+
+
+def _warn(msg):
+    print("llmrr.vllm: %s" % msg, file=sys.stderr, flush=True)
+
+
+def _patch(cls):
+    orig_execute = cls.execute_model
+    orig_sample = getattr(cls, "sample_tokens", None)
+
+    def execute_model(self, scheduler_output, *args, **kwargs):
+        rec = getattr(self, "_llmrr", False)
+        if rec is False:  # the first step of this runner: its model is loaded by now
+            try:
+                rec = _StepRecorder(self)
+            except Exception as e:
+                _warn("recording not started: %s: %s" % (type(e).__name__, e))
+                rec = None
+            self._llmrr = rec
+        if rec is not None:
+            rec.safe(rec.begin, scheduler_output)
+        out = orig_execute(self, scheduler_output, *args, **kwargs)
+        if rec is not None and out is not None and orig_sample is not None:
+            rec.safe(rec.end, out)  # this vLLM sampled inside execute_model
+        return out
+
+    def sample_tokens(self, *args, **kwargs):
+        out = orig_sample(self, *args, **kwargs)
+        rec = getattr(self, "_llmrr", None)
+        if rec is not None:
+            rec.safe(rec.end, out)
+        return out
+
+    cls.execute_model = execute_model
+    if orig_sample is not None:
+        cls.sample_tokens = sample_tokens
+
+
+def _versions():
+    import torch
+    try:
+        import vllm
+        v = vllm.__version__
+    except Exception:
+        v = None
+    return v, torch.__version__
+
+
+class _StepRecorder:
+    """Records the steps of one model runner (one worker)."""
+
+    def __init__(self, runner):
+        import atexit
+
+        from . import fingerprint
+        from .recorder import Recorder
+        self.runner = runner
+        self.fp = fingerprint
+        self.pending = fingerprint.Pending()
+        self.failed = False
+        self.capture = os.environ.get(ENV_CAPTURE, "layers")
+        if self.capture not in ("none", "layers", "all"):
+            raise ValueError("%s must be none, layers or all, found %r" % (ENV_CAPTURE,
+                                                                          self.capture))
+        top_k = int(os.environ.get(ENV_TOP_K, "32"))
+        path = os.environ[ENV_TRACE]
+        cfg = runner.vllm_config
+        rank = getattr(cfg.parallel_config, "rank", 0) or 0
+        if rank:
+            path = "%s.rank%d" % (path, rank)
+        self.eager = bool(getattr(cfg.model_config, "enforce_eager", False))
+        self.hooks_work = self.eager
+        header = self._header(runner, cfg)
+        if not self.hooks_work and self.capture != "none":
+            _warn("the model is compiled (enforce_eager=False): forward hooks do not fire, so "
+                  "%s records the steps only (batch, logits, tokens), no row fingerprints; "
+                  "run with enforce_eager=True for capture=%s" % (path, self.capture))
+        hf = cfg.model_config.hf_config
+        text = getattr(hf, "text_config", None) or hf
+
+        def get(*names):
+            for n in names:
+                v = getattr(text, n, None)
+                if v is not None:
+                    return v
+            return 0
+        dtype = {"torch.float32": "f32", "torch.bfloat16": "bf16",
+                 "torch.float16": "f16"}.get(str(cfg.model_config.dtype),
+                                             str(cfg.model_config.dtype))
+        vllm_v, torch_v = _versions()
+        self.vocab = int(get("vocab_size"))
+        eos = getattr(hf, "eos_token_id", None)
+        self.eos = set(int(e) for e in (eos if isinstance(eos, (list, tuple)) else
+                                        ([] if eos is None else [eos])))
+        self._Recorder = Recorder
+        self.rec_config = dict(
+            tool_version="llmrr.vllm 0.1 (vllm %s, torch %s)" % (vllm_v, torch_v),
+            model_name=str(cfg.model_config.model),
+            architecture=str(getattr(text, "model_type", "") or ""),
+            weight_dtype=dtype, compute_dtype=dtype,
+            layers=int(get("num_hidden_layers")), hidden=int(get("hidden_size")),
+            vocab=self.vocab, heads=int(get("num_attention_heads")),
+            kv_heads=int(get("num_key_value_heads", "num_attention_heads")),
+            experts=int(get("num_local_experts", "num_experts", "n_routed_experts")),
+            experts_per_token=int(get("num_experts_per_tok")),
+            policy="vllm-batch-invariant" if header["batch_invariant"] else "vllm",
+            threads=int(header.get("torch_threads") or 0),
+            capture=self.capture if self.hooks_work else "none", top_k=top_k,
+            extra_config_json=json.dumps(header), command_line=" ".join(sys.argv),
+            device_kind="cuda" if header["device"].startswith("cuda") else "cpu",
+            device_name=header.get("device_name"), fingerprint=self.fp.KIND)
+        # Under `llmrr record-cuda` the injection library's recorder takes the steps, so
+        # kernel records and fingerprints share step numbers (its trace hashes rows with
+        # xxh3-64 on the host; its owner closes it).
+        from .torch import _shared_recorder
+        self.shared = _shared_recorder()
+        if self.shared is not None:
+            self.rec = self.shared
+            path = self.shared.path
+        else:
+            self.rec = Recorder(path, **self.rec_config)
+        _active.append(self)
+        self.path = path
+        self._reset()
+        self.handles = []
+        self.nvtx = header["device"].startswith("cuda") or self.shared is not None
+
+        if self.hooks_work and self.capture != "none":
+            self._attach(runner.get_model())
+        self._wrap_logits(runner.get_model())
+        atexit.register(self.close)
+        _warn("recording %s to %s (capture %s%s)" % (
+            type(runner.get_model()).__name__, path, self.capture if self.hooks_work else "none",
+            "" if self.hooks_work else ", compiled model: steps only"))
+
+    def _reset(self):
+        self.step = -1
+        self.in_step = False
+        self.ids = {}        # vLLM request id -> llmrr request id
+        self.known = {}      # vLLM request id -> dict(prompt_len, generated, ...)
+        self.next_id = 0
+        self.used_ids = set()
+        self.gone = set()    # finished by vLLM, to be closed at the next step
+        self.rows = 0
+        self.order = []      # (vLLM id, first row, count, sample, last position) of the step
+        self.pending.items = []
+
+    def reopen(self, path):
+        """Closes the trace and records the steps from now on into a new one at `path`
+        (requests still running continue there as new arrivals)."""
+        if self.shared is not None:
+            raise ValueError("rotate: this worker records into llmrr record-cuda's trace")
+        if self.rec is not None:
+            if self.in_step and not self.failed:
+                self._end_step()
+            self.rec.close()
+        self.failed = False
+        self._reset()
+        self.path = path
+        self.rec = self._Recorder(path, **self.rec_config)
+
+    # ---- header ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _header(runner, cfg):
+        import torch
+        vllm_v, torch_v = _versions()
+        sc, cc, pc = cfg.scheduler_config, cfg.cache_config, cfg.parallel_config
+        backend = None
+        for name in ("attn_backend", "attention_backend"):
+            b = getattr(runner, name, None)
+            if b is not None:
+                backend = getattr(b, "__name__", str(b))
+                break
+        if backend is None:
+            groups = getattr(runner, "attn_groups", None)
+            try:
+                backend = groups[0][0].backend.get_name() if groups else None
+            except Exception:
+                backend = None
+        dev = str(runner.device)
+        return {
+            "producer": "llmrr.vllm", "vllm": vllm_v, "torch": torch_v,
+            "attention_backend": backend, "dtype": str(cfg.model_config.dtype),
+            "enforce_eager": bool(cfg.model_config.enforce_eager),
+            "batch_invariant": os.environ.get("VLLM_BATCH_INVARIANT", "0") not in ("", "0"),
+            "max_num_batched_tokens": sc.max_num_batched_tokens,
+            "max_num_seqs": sc.max_num_seqs,
+            "chunked_prefill": bool(getattr(sc, "enable_chunked_prefill", False)),
+            "prefix_caching": bool(getattr(cc, "enable_prefix_caching", False)),
+            "async_scheduling": bool(getattr(sc, "async_scheduling", False)),
+            "tensor_parallel_size": pc.tensor_parallel_size,
+            "rank": getattr(pc, "rank", 0), "device": dev,
+            "device_name": torch.cuda.get_device_name(runner.device)
+            if dev.startswith("cuda") else None,
+            "torch_threads": torch.get_num_threads(),
+            "row_hooks": "on" if cfg.model_config.enforce_eager else
+            "off (compiled model: steps only)",
+        }
+
+    # ---- hooks ----------------------------------------------------------------------------
+
+    def _attach(self, model):
+        base = getattr(model, "model", model)
+        layers = getattr(base, "layers", None)
+        if layers is None:
+            _warn("%s has no .model.layers: rows are not recorded" % type(model).__name__)
+            return
+        want = self.rec.wants_rows
+        self._hook(getattr(base, "embed_tokens", None), "embed")
+        start = getattr(base, "start_layer", 0) or 0
+        for j, layer in enumerate(layers):
+            i = start + j
+            if type(layer).__name__ == "PPMissingLayer":
+                continue
+            if want("L%d.out" % i):
+                self.handles.append(layer.register_forward_hook(self._layer_out(i)))
+            self._hook(getattr(layer, "input_layernorm", None), "L%d.attn_norm" % i)
+            self._hook(getattr(layer, "post_attention_layernorm", None), "L%d.mlp_norm" % i)
+            attn = getattr(layer, "self_attn", None)
+            qkv = getattr(attn, "qkv_proj", None)
+            if qkv is not None and want("L%d.attn.q" % i):
+                self.handles.append(qkv.register_forward_hook(self._qkv(i, attn)))
+            self._hook(getattr(attn, "attn", None), "L%d.attn.core" % i)
+            self._hook(getattr(attn, "o_proj", None), "L%d.attn.o" % i)
+            mlp = getattr(layer, "mlp", None)
+            gate_up = getattr(mlp, "gate_up_proj", None)
+            if gate_up is not None and want("L%d.mlp.gate" % i):
+                self.handles.append(gate_up.register_forward_hook(self._gate_up(i)))
+            self._hook(getattr(mlp, "act_fn", None), "L%d.mlp.act" % i)
+            self._hook(getattr(mlp, "down_proj", None), "L%d.mlp.down" % i)
+            router = getattr(mlp, "gate", None)
+            if router is not None and hasattr(mlp, "experts"):
+                self._hook(mlp, "L%d.moe.combine" % i)
+                self.handles.append(router.register_forward_hook(self._router(i, mlp)))
+        self._hook(getattr(base, "norm", None), "final_norm")
+
+    @staticmethod
+    def _first(out):
+        import torch
+        if isinstance(out, (tuple, list)):
+            out = out[0] if out else None
+        return out if isinstance(out, torch.Tensor) else None
+
+    def _hook(self, module, site):
+        if module is None or not self.rec.wants_rows(site):
+            return
+
+        def hook(mod, args, out):
+            self.safe(self._rows, site, self._first(out))
+        self.handles.append(module.register_forward_hook(hook))
+
+    def _layer_out(self, i):
+        site = "L%d.out" % i
+
+        def hook(mod, args, out):
+            # vLLM layers return (hidden, residual); the layer's output is their sum.
+            if isinstance(out, (tuple, list)) and len(out) == 2 and out[1] is not None:
+                self.safe(self._rows, site, out[0] + out[1])
+            else:
+                self.safe(self._rows, site, self._first(out))
+        return hook
+
+    def _qkv(self, i, attn):
+        q, kv = getattr(attn, "q_size", None), getattr(attn, "kv_size", None)
+
+        def hook(mod, args, out):
+            x = self._first(out)
+            if x is None or q is None or kv is None or x.shape[-1] != q + 2 * kv:
+                return
+            for site, part in zip(("q", "k", "v"), x.split([q, kv, kv], dim=-1)):
+                self.safe(self._rows, "L%d.attn.%s" % (i, site), part)
+        return hook
+
+    def _gate_up(self, i):
+        def hook(mod, args, out):
+            x = self._first(out)
+            if x is None or x.shape[-1] % 2:
+                return
+            g, u = x.chunk(2, dim=-1)
+            self.safe(self._rows, "L%d.mlp.gate" % i, g)
+            self.safe(self._rows, "L%d.mlp.up" % i, u)
+        return hook
+
+    def _router(self, i, mlp):
+        import torch
+
+        def hook(mod, args, out):
+            logits = self._first(out)
+            if logits is None or not self.in_step:
+                return
+            self.safe(self._rows, "L%d.moe.router" % i, logits)
+            k = int(getattr(mlp, "top_k", 0) or getattr(getattr(mlp, "experts", None), "top_k", 0)
+                    or 0)
+            if k <= 0:
+                return
+            rows = logits.reshape(-1, logits.shape[-1])[:self.rows]
+            if rows.shape[0] != self.rows:
+                return
+            # The router's choice as vLLM's top-k softmax makes it (ids, weights).
+            w, idx = torch.topk(torch.softmax(rows.float(), dim=-1), k, dim=-1)
+            if getattr(mlp, "renormalize", False) or getattr(
+                    getattr(mlp, "experts", None), "renormalize", False):
+                w = w / w.sum(dim=-1, keepdim=True)
+            import numpy as np
+            ids = np.ascontiguousarray(idx.to("cpu").numpy(), dtype=np.int32)
+            gates = np.ascontiguousarray(w.to("cpu").numpy(), dtype=np.float32)
+            self.safe(self.rec.routing, i, self.rows, k, int(rows.shape[-1]), ids.ctypes.data,
+                      ids.ctypes.data, gates.ctypes.data, None)
+        return hook
+
+    def _rows(self, site, x):
+        if not self.in_step or x is None:
+            return
+        x = x.reshape(-1, x.shape[-1])
+        if x.shape[0] < self.rows:
+            return
+        x = x[:self.rows]  # padded rows (CUDA graphs) left out
+        if x.device.type != "cpu" and self.shared is None:
+            self.pending.add(site, x)  # hashed on the device, hashes copied at the step's end
+            return
+        # Host rows: the library copies and hashes them (the same mixsum64) on its own
+        # thread, cheaper than a dozen torch ops per site.
+        from . import _lib
+        import torch
+        dt = {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16,
+              torch.float16: _lib.DTYPE_F16}
+        x = x.detach()
+        if x.dtype not in dt:
+            x = x.float()
+        if x.device.type != "cpu":
+            x = x.to("cpu")  # a shared xxh3-64 trace: the recorded rows, hashed on the host
+        if x.stride(-1) != 1 or (x.shape[0] > 1 and x.stride(0) < x.shape[1]):
+            x = x.contiguous()
+        self.rec.rows(site, x.data_ptr(), dt[x.dtype], x.shape[0], x.shape[1], x.stride(0))
+
+    def _wrap_logits(self, model):
+        orig = getattr(model, "compute_logits", None)
+        if orig is None:
+            return
+
+        def compute_logits(*args, **kwargs):
+            out = orig(*args, **kwargs)
+            self.safe(self._logits, out)
+            return out
+        model.compute_logits = compute_logits
+
+    def _logits(self, logits):
+        import torch
+        if not self.in_step or not isinstance(logits, torch.Tensor) or logits.dim() != 2:
+            return
+        # One logits row per scheduled request, in batch order (vLLM's logits_indices).
+        if logits.shape[0] < len(self.order):
+            return
+        from . import _lib
+        dt = {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16,
+              torch.float16: _lib.DTYPE_F16}
+        x = logits.detach()
+        if x.dtype not in dt:
+            x = x.float()
+        x = x[:len(self.order)].to("cpu").contiguous()
+        for n, (rid, first, count, sample, pos) in enumerate(self.order):
+            if sample:
+                row = x[n]
+                self.rec.logits(self.ids[rid], pos, first + count - 1, row.data_ptr(),
+                                dt[row.dtype], x.shape[-1])
+
+    # ---- steps ----------------------------------------------------------------------------
+
+    def safe(self, fn, *args):
+        if self.failed:
+            return None
+        try:
+            return fn(*args)
+        except Exception as e:  # never break vLLM
+            self.failed = True
+            _warn("recording stopped at step %d: %s: %s" % (self.step, type(e).__name__, e))
+            return None
+
+    def _llmrr_id(self, rid):
+        m = re.match(r"^(\d+)(?:-[0-9a-f]+)?$", rid)
+        if m and int(m.group(1)) not in self.used_ids and int(m.group(1)) < 2**63:
+            n = int(m.group(1))
+        else:
+            while self.next_id in self.used_ids:
+                self.next_id += 1
+            n = self.next_id
+        self.used_ids.add(n)
+        return n
+
+    def begin(self, so):
+        if self.in_step:  # the previous step never reached sample_tokens
+            self._end_step()
+        runner = self.runner
+        # Requests vLLM finished for reasons the worker does not see (a stop string, an
+        # abort): closed in this step as aborted.
+        self.gone.update(r for r in (getattr(so, "finished_req_ids", ()) or ())
+                         if r in self.known and not self.known[r]["done"])
+        for nr in so.scheduled_new_reqs:
+            if nr.req_id in self.known:
+                continue
+            sp = nr.sampling_params
+            prompt = list(nr.prompt_token_ids or [])
+            n = self._llmrr_id(nr.req_id)
+            self.ids[nr.req_id] = n
+            stops = set(int(t) for t in (getattr(sp, "stop_token_ids", None) or []))
+            self.known[nr.req_id] = dict(
+                prompt_len=len(prompt), generated=0, done=False, eos=self.eos | stops,
+                max_tokens=int(getattr(sp, "max_tokens", 0) or 2**31 - 1),
+                stop_at_eos=not bool(getattr(sp, "ignore_eos", False)))
+            label = "" if re.match(r"^\d+(-[0-9a-f]+)?$", nr.req_id) else nr.req_id
+            self.rec.add_request(
+                n, prompt or [0], int(getattr(sp, "max_tokens", 0) or 2**31 - 1),
+                label=label[:200], temperature=float(getattr(sp, "temperature", 0.0) or 0.0),
+                top_k=max(0, int(getattr(sp, "top_k", 0) or 0)),
+                top_p=float(getattr(sp, "top_p", 1.0) or 1.0),
+                seed=int(getattr(sp, "seed", 0) or 0) & (2**64 - 1),
+                stop_at_eos=not bool(getattr(sp, "ignore_eos", False)),
+                arrival_step=self.step + 1)
+        sched = so.num_scheduled_tokens
+        if not sched:
+            return
+        # Row order: the persistent batch's order, which _prepare_inputs follows. Requests
+        # the batch has not taken in yet (execute_model updates it) come after, as
+        # scheduled.
+        ib = runner.input_batch
+        order_ids = [r for r in list(ib.req_ids)[:ib.num_reqs] if r in sched]
+        seen = set(order_ids)
+        order_ids += [r for r in sched if r not in seen]
+        computed = {}
+        for nr in so.scheduled_new_reqs:
+            computed[nr.req_id] = nr.num_computed_tokens
+        cr = so.scheduled_cached_reqs
+        for rid, c in zip(cr.req_ids, cr.num_computed_tokens):
+            computed[rid] = c
+        self.step += 1
+        segments, self.order, row = [], [], 0
+        for rid in order_ids:
+            if rid not in self.ids:
+                continue
+            k = self.known[rid]
+            count = int(sched[rid])
+            start = int(computed.get(rid, 0))
+            sample = start + count >= k["prompt_len"]
+            kind = 1 if (start >= k["prompt_len"] and count == 1) else 0
+            segments.append(dict(request=self.ids[rid], start=start, count=count,
+                                 cached=start, kind=kind, sample=1 if sample else 0))
+            self.order.append((rid, row, count, sample, start + count - 1))
+            row += count
+        self.rows = row
+        if self.nvtx:
+            import torch
+            torch.cuda.nvtx.range_push(STEP_RANGE)
+        self.rec.begin_step(self.step, segments)
+        self.in_step = True
+        for rid in sorted(self.gone):
+            self._finish(rid, 2)  # FINISH_ABORTED
+        self.gone.clear()
+
+    def end(self, out):
+        if not self.in_step:
+            return
+        req_ids = getattr(out, "req_ids", None)
+        sampled = getattr(out, "sampled_token_ids", None)
+        if req_ids is None and hasattr(out, "get_output"):
+            # Async scheduling: the tokens come when vLLM collects the output.
+            orig = out.get_output
+            rec = self
+
+            def get_output():
+                o = orig()
+                rec.safe(rec._tokens, o, rec.step)
+                return o
+            out.get_output = get_output
+        elif req_ids is not None and sampled is not None:
+            self._tokens(out, self.step)
+        self._end_step()
+
+    def _tokens(self, out, step):
+        if step != self.step or not self.in_step:
+            return  # an async output of a step already closed: its tokens are not recorded
+        where = {e[0]: e for e in self.order}
+        for rid, toks in zip(out.req_ids, out.sampled_token_ids):
+            e = where.get(rid)
+            if e is None or not e[3] or not toks:
+                continue  # not in this step, or a partial prefill chunk (vLLM drops it)
+            k = self.known[rid]
+            if k["done"]:
+                continue
+            t = int(toks[0])
+            self.rec.token(self.ids[rid], e[4] + 1, t)
+            k["generated"] += 1
+            if k["stop_at_eos"] and t in k["eos"]:
+                self._finish(rid, 0)  # FINISH_EOS
+            elif k["generated"] >= k["max_tokens"]:
+                self._finish(rid, 1)  # FINISH_MAX_TOKENS
+
+    def _end_step(self):
+        self.in_step = False
+        self.pending.flush(self.rec)
+        self.rec.end_step()
+        if self.nvtx:
+            import torch
+            torch.cuda.nvtx.range_pop()
+
+    def _finish(self, rid, reason):
+        k = self.known.get(rid)
+        if k is None or k["done"]:
+            return
+        k["done"] = True
+        self.rec.finish(self.ids[rid], reason, k["generated"])
+
+    def close(self):
+        if getattr(self, "rec", None) is None:
+            return
+        try:
+            if self.in_step and not self.failed:
+                self._end_step()
+            for h in self.handles:
+                h.remove()
+            if self.shared is None:
+                self.rec.close()
+        except Exception as e:
+            _warn("closing %s: %s" % (self.path, e))
+        self.rec = None
+        if self in _active:
+            _active.remove(self)
