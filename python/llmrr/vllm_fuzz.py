@@ -172,8 +172,8 @@ def compare(binary, ref, trace):
         c["visible_token"] = q["visible_split"]["token_index"]
     f = q.get("first_difference")
     if f:
-        if c["verdict"] == "identical":
-            c["verdict"] = "numerical"  # rows differ though the logits compared equal
+        # (with identical logits and tokens the verdict stays identical, as in `llmrr fuzz`;
+        # rows that differ inside are counted apart: stats "rows_differ")
         c["cause"] = f.get("cause", "")
         c["cause_position"] = f.get("position", -1)
         c["first_split_step"] = f.get("step_b", -1)
@@ -193,15 +193,17 @@ def summarize(args, space, results, completions, baseline, seconds):
     for r in results:
         stats[r["verdict"]] += 1
         b = by_setting.setdefault(r["vllm"]["setting"], {"runs": 0, "numerical": 0,
-                                                        "visible": 0})
+                                                        "visible": 0, "rows_differ": 0})
         b["runs"] += 1
+        if r["vllm"]["rows_differ"]:
+            b["rows_differ"] += 1
+            site = r["vllm"]["first_split_site"] or "-"
+            sites[site] = sites.get(site, 0) + 1
         if r["verdict"] != "identical":
             b[r["verdict"]] += 1
             hist[str(r["numerical_token"])] = hist.get(str(r["numerical_token"]), 0) + 1
             if r["cause"]:
                 causes[r["cause"]] = causes.get(r["cause"], 0) + 1
-            site = r["vllm"]["first_split_site"] or "-"
-            sites[site] = sites.get(site, 0) + 1
         if r["verdict"] == "visible":
             vhist[str(r["visible_token"])] = vhist.get(str(r["visible_token"]), 0) + 1
             if r["cause"]:
@@ -225,7 +227,9 @@ def summarize(args, space, results, completions, baseline, seconds):
         "completions": {h: {"tokens": t, "text": "", "runs": counts.get(h, 0)}
                         for h, t in completions.items()},
         "splits": [], "results": results,
-        "vllm": {"by_setting": by_setting, "first_split_sites": sites},
+        "vllm": {"by_setting": by_setting, "first_split_sites": sites,
+                 "rows_differ": sum(1 for r in results if r["vllm"]["rows_differ"]),
+                 "drawn_runs": sum(1 for r in results if not r["vllm"]["solo"])},
     }
 
 
@@ -233,8 +237,10 @@ def format_summary(s):
     st, c = s["stats"], s["campaign"]
     n = s["runs_done"]
     pct = (lambda k: 100.0 * k / n if n else 0.0)
-    out = ["fuzz: %s, vllm, %s, seed %d: %d of %d runs (%.2f runs/s)" % (
-        c["model"], c["dtype"], c["seed"], n, c["runs"], n / s["seconds"] if s["seconds"] else 0)]
+    out = ["fuzz: %s, vllm, %s, seed %d: %d of %d drawn runs + %d alone under other settings "
+           "(%.2f runs/s)" % (c["model"], c["dtype"], c["seed"], s["vllm"]["drawn_runs"],
+                              c["runs"], n - s["vllm"]["drawn_runs"],
+                              n / s["seconds"] if s["seconds"] else 0)]
     base = s["completions"].get(s["baseline_completion"], {}).get("tokens", [])
     out.append("  target: %d prompt tokens, %d tokens; alone: %s" % (
         len(c["target_prompt_ids"]), c["max_tokens"], base))
@@ -245,19 +251,22 @@ def format_summary(s):
     if st["causes"]:
         out.append("  causes (first difference): " + " ".join(
             "%s %d" % kv for kv in sorted(st["causes"].items())))
+    out.append("  rows differ inside (any verdict): %d runs" % s["vllm"]["rows_differ"])
     if s["vllm"]["first_split_sites"]:
-        out.append("  first split site: " + " ".join(
+        out.append("  first differing site: " + " ".join(
             "%s %d" % kv for kv in sorted(s["vllm"]["first_split_sites"].items())))
     out.append("  by engine setting (max_num_batched_tokens, prefix caching):")
     for k, b in sorted(s["vllm"]["by_setting"].items()):
-        out.append("    %-16s %4d runs: numerical %d, visible %d" % (k, b["runs"], b["numerical"],
-                                                                  b["visible"]))
-    first = next((r for r in s["results"] if r["verdict"] != "identical"), None)
+        out.append("    %-16s %4d runs: numerical %d, visible %d, rows differ %d"
+                   % (k, b["runs"], b["numerical"], b["visible"], b["rows_differ"]))
+    first = next((r for r in s["results"] if r["vllm"]["rows_differ"]), None)
     if first:
-        out.append("  first split: run %d (%s), %s split at token %d, step %d, site %s; traces %s"
+        out.append("  first difference: run %d (%s), %s%s, step %d, site %s; trace %s"
                    % (first["index"], first["vllm"]["setting"], first["verdict"],
-                      first["numerical_token"], first["vllm"]["first_split_step"],
-                      first["vllm"]["first_split_site"], first["vllm"]["trace"]))
+                      " at token %d" % first["numerical_token"]
+                      if first["numerical_token"] >= 0 else " (logits and tokens equal)",
+                      first["vllm"]["first_split_step"], first["vllm"]["first_split_site"],
+                      first["vllm"]["trace"]))
     return "\n".join(out) + "\n"
 
 
@@ -346,7 +355,8 @@ def main(argv=None):
         completions[h] = tokens
         if tokens != outs[-1]["target"]:
             c["verdict"] = "visible"
-        kept = a.keep_all or c["verdict"] != "identical"
+        rows_differ = c["first_split_site"] is not None or bool(c["cause"])
+        kept = a.keep_all or c["verdict"] != "identical" or rows_differ
         if not kept:
             os.remove(r["trace"])
             deleted += 1
@@ -362,6 +372,7 @@ def main(argv=None):
                  "capacity_factor": 0, "overflow": "none", "completion": h,
                  "target_dropped": False, "target_rerouted": False,
                  "vllm": {"setting": key, "solo": index < 0, "verified": True,
+                          "rows_differ": rows_differ,
                           "compared_with": ref, "diff_verdict": c["diff_verdict"],
                           "first_split_step": c["first_split_step"],
                           "first_split_site": c["first_split_site"],
@@ -377,8 +388,8 @@ def main(argv=None):
                          "traces of identical runs are deleted unless --keep-all")
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(s, f, indent=1)
-    text = format_summary(s) + ("  traces: kept %d (reference and splits) in %s, deleted %d "
-                                "identical\n" % (len(results) - deleted + 1, traces, deleted))
+    text = format_summary(s) + ("  traces: kept %d (reference, splits, rows differing) in %s, "
+                                "deleted %d identical\n" % (len(results) - deleted + 1, traces, deleted))
     with open(os.path.join(a.out, "summary.txt"), "w") as f:
         f.write(text)
     sys.stdout.write(text)

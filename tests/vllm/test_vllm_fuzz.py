@@ -40,8 +40,10 @@ class VllmFuzz(unittest.TestCase):
     def test_summary_counts_add_up(self):
         p = self.p
         self.assertEqual(p.returncode, 0, p.stderr[-4000:])
-        s = json.load(open(os.path.join(OUT, "summary.json")))
-        text = open(os.path.join(OUT, "summary.txt")).read()
+        with open(os.path.join(OUT, "summary.json")) as f:
+            s = json.load(f)
+        with open(os.path.join(OUT, "summary.txt")) as f:
+            text = f.read()
         self.assertEqual(text, p.stdout)
         st = s["stats"]
         results = s["results"]
@@ -67,15 +69,21 @@ class VllmFuzz(unittest.TestCase):
             self.assertTrue(v["verified"])
             self.assertEqual(v["compared_with"], ref)
             self.assertIn(v["diff_verdict"], ("identical", "numerical split", "visible split"))
-            self.assertEqual(r["verdict"] == "identical", v["diff_verdict"] == "identical"
-                             and v["first_split_site"] is None)
-            if r["verdict"] == "identical":
+            self.assertEqual(r["verdict"] == "identical", v["diff_verdict"] == "identical")
+            self.assertEqual(v["rows_differ"], v["first_split_site"] is not None)
+            if r["verdict"] == "identical" and not v["rows_differ"]:
                 self.assertIsNone(v["trace"])
             else:
                 kept += 1
                 self.assertTrue(os.path.isfile(v["trace"]))
-                rc, out = llmrr_cli("diff", ref, v["trace"], "--request", "0", ok=(1,))
-                self.assertRegex(out, r"split")
+                rc, out = llmrr_cli("diff", ref, v["trace"], "--request", "0", ok=(0, 1))
+                if r["verdict"] == "identical":
+                    self.assertRegex(out, r"rows differ inside: first at position \d+, "
+                                     + v["first_split_site"])
+                else:
+                    self.assertRegex(out, r"split")
+        self.assertEqual(s["vllm"]["rows_differ"],
+                         sum(1 for r in results if r["vllm"]["rows_differ"]))
         self.assertEqual(s["vllm"]["traces_deleted"], len(results) - kept)
         left = sorted(os.listdir(os.path.join(OUT, "traces")))
         self.assertEqual(len(left), kept + 1, left)
