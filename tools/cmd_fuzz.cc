@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdlib>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -124,10 +127,67 @@ int run_merge(int argc, char** argv) {
   return exit_for(*m);
 }
 
+// `llmrr fuzz --runtime vllm ARGS`: the campaign runs in vLLM, by the python module
+// llmrr.vllm_fuzz (python/llmrr/vllm_fuzz.py) in the vLLM venv: $LLMRR_VLLM_PYTHON, else
+// build/venv-vllm/bin/python next to this binary's build folder (tools/setup-vllm makes it).
+int exec_vllm_fuzz(const std::vector<std::string>& rest) {
+  std::string py;
+  if (const char* e = std::getenv("LLMRR_VLLM_PYTHON"); e != nullptr && *e != '\0') {
+    py = e;
+  } else {
+    char buf[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n > 0) {
+      fs::path self(std::string(buf, static_cast<size_t>(n)));
+      py = (self.parent_path().parent_path().parent_path() / "venv-vllm" / "bin" / "python")
+               .string();
+    }
+  }
+  if (py.empty() || ::access(py.c_str(), X_OK) != 0) {
+    return usage_error("--runtime vllm needs the vLLM python: none at '" + py +
+                       "' (run tools/setup-vllm, or set $LLMRR_VLLM_PYTHON)");
+  }
+  if (std::getenv("LLMRR_BIN") == nullptr) {
+    char buf[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n > 0) ::setenv("LLMRR_BIN", std::string(buf, static_cast<size_t>(n)).c_str(), 1);
+  }
+  std::vector<std::string> args = {py, "-m", "llmrr.vllm_fuzz"};
+  args.insert(args.end(), rest.begin(), rest.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(py.c_str(), argv.data());
+  std::fprintf(stderr, "%s: error: cannot run %s: %s\n", kCmd, py.c_str(), std::strerror(errno));
+  return 2;
+}
+
 }  // namespace
 
 int run_fuzz_command(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "merge") return run_merge(argc - 1, argv + 1);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string value;
+    int used = 1;
+    if (a == "--runtime" && i + 1 < argc) {
+      value = argv[i + 1];
+      used = 2;
+    } else if (a.rfind("--runtime=", 0) == 0) {
+      value = a.substr(10);
+    } else {
+      continue;
+    }
+    if (value != "vllm") {
+      return usage_error("--runtime: expected vllm (llmrr's own engine is the default), found '" +
+                         value + "'");
+    }
+    std::vector<std::string> rest;
+    for (int k = 1; k < argc; ++k) {
+      if (k < i || k >= i + used) rest.push_back(argv[k]);
+    }
+    return exec_vllm_fuzz(rest);
+  }
   CLI::App app{
       "llmrr fuzz: run a prompt under many batch compositions and report what splits it"};
   app.name("fuzz");
@@ -149,6 +209,7 @@ int run_fuzz_command(int argc, char** argv) {
       "      --runs 200 --policy invariant --capacity-factor 0 --out fz-inv   # 0 splits\n"
       "  mkdir -p fz && llmrr fuzz ... --runs 1000 --shard 3/8 --out fz/shard-3   # task 3 of 8\n"
       "  llmrr fuzz merge fz/shard-* --out fz/all\n"
+      "  llmrr fuzz --runtime vllm MODEL_DIR --runs 200 -o fz/vllm   # python -m llmrr.vllm_fuzz\n"
       "\nExit: 0 no run split, 1 some run split, 2 bad input or usage, 3 internal error.");
   cli::EngineOptions o;
   int64_t runs = -1;

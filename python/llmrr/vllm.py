@@ -60,6 +60,12 @@ def rotate(path):
     return len(_active)
 
 
+def close_all():
+    """Closes the traces of this process's model runners (the fuzzer, after its last run)."""
+    for r in list(_active):
+        r.close()
+
+
 def register():
     """vLLM general plugin entry point: runs in every vLLM process. Patches the model runner
     when $LLMRR_VLLM_TRACE is set; does nothing otherwise."""

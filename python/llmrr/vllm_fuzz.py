@@ -1,0 +1,400 @@
+"""llmrr.vllm_fuzz: run one target prompt through vLLM under many drawn batch compositions and
+engine settings, record every run with llmrr.vllm, and report what splits the target.
+
+    python -m llmrr.vllm_fuzz MODEL --runs 200 --seed 1 --dtype bfloat16 -o fz/
+    llmrr fuzz --runtime vllm MODEL --runs 200 ...      # the same, from the llmrr CLI
+
+Each run draws: co-requests (0..max), their prompt lengths, the wave (engine step) each is
+submitted at, the target's own wave, prefix sharing (a co-request that starts with the
+target's first tokens, so prefix caching serves the target from cache or the other way
+round) and an engine setting: max_num_batched_tokens (a small value chunks the prefills)
+and prefix caching on or off. Runs are grouped by setting; each setting starts one
+in-process engine (one worker process, VLLM_ENABLE_V1_MULTIPROCESSING=0) that runs the
+target alone first, then its drawn runs, one trace per run (llmrr.vllm.rotate), with the
+prefix cache emptied before every run. Every trace is checked with `llmrr verify` and
+compared with the reference (the target alone under the first setting: no chunking, no
+prefix caching) by `llmrr diff --json --request 0` (the target is request 0 of every run).
+
+Writes DIR/summary.json (the format of `llmrr fuzz`, plus a "vllm" section per run) and
+DIR/summary.txt. Keeps the reference trace and the traces of runs that split (numerically
+or visibly) under DIR/traces/, deletes the others (--keep-all keeps them).
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+TARGET_LEN = 24
+
+
+def die(msg):
+    sys.stderr.write("llmrr.vllm_fuzz: error: %s\n" % msg)
+    sys.exit(2)
+
+
+def llmrr_bin():
+    b = os.environ.get("LLMRR_BIN") or shutil.which("llmrr")
+    if not b or not os.access(b, os.X_OK):
+        die("no llmrr binary: set $LLMRR_BIN or put llmrr on PATH")
+    return b
+
+
+# ---- drawing ---------------------------------------------------------------------------------
+
+def draw(rng, target, vocab, space):
+    """One composition around the target (request 0)."""
+    setting = {"mbt": rng.choice(space["mbt"]), "prefix": rng.choice(space["prefix"])}
+    n = rng.randint(0, space["max_co"])
+    others = []
+    for _ in range(n):
+        length = rng.randint(1, space["max_prompt"])
+        prompt = [rng.randrange(2, vocab) for _ in range(length)]
+        if rng.random() < space["share"]:  # shares a prefix of the target
+            k = rng.randint(1, len(target))
+            prompt = target[:k] + prompt[:max(0, length - k)]
+        others.append({"prompt_ids": prompt, "max_tokens": rng.randint(1, space["max_new"]),
+                       "arrival_step": rng.randint(0, space["max_wave"])})
+    return {"setting": setting, "target_arrival": rng.randint(0, space["max_wave"]),
+            "others": others}
+
+
+def setting_key(s):
+    return "mbt%d%s" % (s["mbt"], "-prefix" if s["prefix"] else "")
+
+
+# ---- the engine side (runs in a child process per setting) -----------------------------------
+
+def worker(job_path):
+    """Runs the jobs of one engine setting in this process; prints one JSON line per run."""
+    job = json.load(open(job_path))
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from . import vllm as plugin
+    s = job["setting"]
+    llm = LLM(model=job["model"], skip_tokenizer_init=True, enforce_eager=True,
+              dtype=job["dtype"], max_model_len=job["max_model_len"],
+              kv_cache_memory_bytes=64 << 20, max_num_batched_tokens=s["mbt"],
+              max_num_seqs=job["max_seqs"], seed=0, enable_prefix_caching=s["prefix"],
+              enable_chunked_prefill=True)
+    engine = llm.llm_engine
+    first = True
+    for run in job["runs"]:
+        if not first:
+            plugin.rotate(run["trace"])  # closes the previous run's trace
+        first = False
+        if s["prefix"]:
+            llm.reset_prefix_cache()
+        reqs = [("0", job["target"], job["max_tokens"], run["target_arrival"])]
+        for i, o in enumerate(run["others"]):
+            reqs.append((str(i + 1), o["prompt_ids"], o["max_tokens"], o["arrival_step"]))
+        waiting = sorted(reqs, key=lambda r: r[3])
+        got = {}
+        step = 0
+        t0 = time.time()
+        while waiting or engine.has_unfinished_requests():
+            while waiting and waiting[0][3] <= step:
+                rid, p, mt, _ = waiting.pop(0)
+                sp = SamplingParams(temperature=0, max_tokens=mt, ignore_eos=True,
+                                    detokenize=False)
+                engine.add_request(rid, TokensPrompt(prompt_token_ids=p), sp)
+            if not engine.has_unfinished_requests():  # an idle wave: nothing to run yet
+                step += 1
+                continue
+            for out in engine.step():
+                if out.finished:
+                    got[out.request_id.split("-")[0]] = list(out.outputs[0].token_ids)
+            step += 1
+        print("LLMRR_FUZZ_RUN " + json.dumps({"index": run["index"], "target": got.get("0"),
+                                              "steps": step, "seconds": time.time() - t0}),
+              flush=True)
+    plugin.close_all()
+
+
+def run_setting(args, key, setting, runs, work):
+    job = {"model": args.model, "dtype": args.dtype, "max_tokens": args.max_tokens,
+           "max_model_len": args.max_model_len, "max_seqs": args.max_seqs,
+           "target": args.target, "setting": setting, "runs": runs}
+    path = os.path.join(work, "job-%s.json" % key)
+    with open(path, "w") as f:
+        json.dump(job, f)
+    env = dict(os.environ, LLMRR_VLLM_TRACE=runs[0]["trace"], VLLM_ENABLE_V1_MULTIPROCESSING="0",
+               LLMRR_VLLM_CAPTURE=args.capture)
+    log = os.path.join(work, "engine-%s.log" % key)
+    with open(log, "w") as lf:
+        p = subprocess.run([sys.executable, "-m", "llmrr.vllm_fuzz", "--worker", path], env=env,
+                           stdout=subprocess.PIPE, stderr=lf, text=True)
+    res = {}
+    for ln in p.stdout.splitlines():
+        if ln.startswith("LLMRR_FUZZ_RUN "):
+            r = json.loads(ln[len("LLMRR_FUZZ_RUN "):])
+            res[r["index"]] = r
+    if p.returncode != 0 or len(res) != len(runs):
+        die("the vLLM engine for setting %s failed (exit %d, %d of %d runs); see %s"
+            % (key, p.returncode, len(res), len(runs), log))
+    return res
+
+
+# ---- comparing -------------------------------------------------------------------------------
+
+def completion_id(tokens):
+    return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16]
+
+
+def compare(binary, ref, trace):
+    v = subprocess.run([binary, "verify", trace], capture_output=True, text=True)
+    if v.returncode != 0:
+        die("%s does not verify: %s" % (trace, (v.stdout + v.stderr).strip()[-500:]))
+    d = subprocess.run([binary, "diff", ref, trace, "--request", "0", "--json"],
+                       capture_output=True, text=True)
+    if d.returncode not in (0, 1):
+        die("llmrr diff %s %s: exit %d: %s" % (ref, trace, d.returncode, d.stderr.strip()[-500:]))
+    j = json.loads(d.stdout)
+    reqs = j.get("requests", [])
+    if len(reqs) != 1:
+        die("llmrr diff %s %s: expected the target (request 0) in both, found %d compared"
+            % (ref, trace, len(reqs)))
+    q = reqs[0]
+    c = {"verdict": "identical", "numerical_token": -1, "visible_token": -1, "cause": "",
+         "cause_position": -1, "cause_layer": -1, "first_split_step": -1,
+         "first_split_site": None, "diff_verdict": q["verdict"]}
+    plen = q.get("prompt_len", 0)
+    if q.get("numerical_split"):
+        c["verdict"] = "numerical"
+        c["numerical_token"] = q["numerical_split"]["position"] - plen
+    if q.get("visible_split"):
+        c["verdict"] = "visible"
+        c["visible_token"] = q["visible_split"]["token_index"]
+    f = q.get("first_difference")
+    if f:
+        # (with identical logits and tokens the verdict stays identical, as in `llmrr fuzz`;
+        # rows that differ inside are counted apart: stats "rows_differ")
+        c["cause"] = f.get("cause", "")
+        c["cause_position"] = f.get("position", -1)
+        c["first_split_step"] = f.get("step_b", -1)
+        c["first_split_site"] = f.get("site")
+        site = f.get("site") or ""
+        if site.startswith("L") and "." in site and site[1:site.index(".")].isdigit():
+            c["cause_layer"] = int(site[1:site.index(".")])
+    return c
+
+
+# ---- summary ---------------------------------------------------------------------------------
+
+def summarize(args, space, results, completions, baseline, seconds):
+    n = len(results)
+    stats = {"identical": 0, "numerical": 0, "visible": 0}
+    hist, vhist, causes, vcauses, sites, by_setting = {}, {}, {}, {}, {}, {}
+    for r in results:
+        stats[r["verdict"]] += 1
+        b = by_setting.setdefault(r["vllm"]["setting"], {"runs": 0, "numerical": 0,
+                                                        "visible": 0, "rows_differ": 0})
+        b["runs"] += 1
+        if r["vllm"]["rows_differ"]:
+            b["rows_differ"] += 1
+            site = r["vllm"]["first_split_site"] or "-"
+            sites[site] = sites.get(site, 0) + 1
+        if r["verdict"] != "identical":
+            b[r["verdict"]] += 1
+            hist[str(r["numerical_token"])] = hist.get(str(r["numerical_token"]), 0) + 1
+            if r["cause"]:
+                causes[r["cause"]] = causes.get(r["cause"], 0) + 1
+        if r["verdict"] == "visible":
+            vhist[str(r["visible_token"])] = vhist.get(str(r["visible_token"]), 0) + 1
+            if r["cause"]:
+                vcauses[r["cause"]] = vcauses.get(r["cause"], 0) + 1
+    counts = {}
+    for r in results:
+        counts[r["completion"]] = counts.get(r["completion"], 0) + 1
+    return {
+        "llmrr_fuzz_summary": 1,
+        "campaign": {"model": args.model, "model_identity": "vllm:" + os.path.basename(
+                         os.path.normpath(args.model)),
+                     "policy": "vllm", "dtype": args.dtype, "target_prompt_ids": args.target,
+                     "prompt": "", "max_tokens": args.max_tokens, "seed": args.seed,
+                     "runs": args.runs, "shards": 1, "space": space},
+        "shard_list": [0], "runs_done": n, "seconds": seconds,
+        "baseline_completion": baseline,
+        "stats": dict(stats, share_numerical=stats["numerical"] / n if n else 0,
+                      share_visible=stats["visible"] / n if n else 0,
+                      unique_completions=len(counts), first_split_token=hist,
+                      first_visible_split_token=vhist, causes=causes, visible_causes=vcauses),
+        "completions": {h: {"tokens": t, "text": "", "runs": counts.get(h, 0)}
+                        for h, t in completions.items()},
+        "splits": [], "results": results,
+        "vllm": {"by_setting": by_setting, "first_split_sites": sites,
+                 "rows_differ": sum(1 for r in results if r["vllm"]["rows_differ"]),
+                 "drawn_runs": sum(1 for r in results if not r["vllm"]["solo"])},
+    }
+
+
+def format_summary(s):
+    st, c = s["stats"], s["campaign"]
+    n = s["runs_done"]
+    pct = (lambda k: 100.0 * k / n if n else 0.0)
+    out = ["fuzz: %s, vllm, %s, seed %d: %d of %d drawn runs + %d alone under other settings "
+           "(%.2f runs/s)" % (c["model"], c["dtype"], c["seed"], s["vllm"]["drawn_runs"],
+                              c["runs"], n - s["vllm"]["drawn_runs"],
+                              n / s["seconds"] if s["seconds"] else 0)]
+    base = s["completions"].get(s["baseline_completion"], {}).get("tokens", [])
+    out.append("  target: %d prompt tokens, %d tokens; alone: %s" % (
+        len(c["target_prompt_ids"]), c["max_tokens"], base))
+    out.append("  identical %d (%.1f %%), numerical split %d (%.1f %%), visible split %d (%.1f %%)"
+               % (st["identical"], pct(st["identical"]), st["numerical"], pct(st["numerical"]),
+                  st["visible"], pct(st["visible"])))
+    out.append("  unique completions: %d of %d runs" % (st["unique_completions"], n))
+    if st["causes"]:
+        out.append("  causes (first difference): " + " ".join(
+            "%s %d" % kv for kv in sorted(st["causes"].items())))
+    out.append("  rows differ inside (any verdict): %d runs" % s["vllm"]["rows_differ"])
+    if s["vllm"]["first_split_sites"]:
+        out.append("  first differing site: " + " ".join(
+            "%s %d" % kv for kv in sorted(s["vllm"]["first_split_sites"].items())))
+    out.append("  by engine setting (max_num_batched_tokens, prefix caching):")
+    for k, b in sorted(s["vllm"]["by_setting"].items()):
+        out.append("    %-16s %4d runs: numerical %d, visible %d, rows differ %d"
+                   % (k, b["runs"], b["numerical"], b["visible"], b["rows_differ"]))
+    first = next((r for r in s["results"] if r["vllm"]["rows_differ"]), None)
+    if first:
+        out.append("  first difference: run %d (%s), %s%s, step %d, site %s; trace %s"
+                   % (first["index"], first["vllm"]["setting"], first["verdict"],
+                      " at token %d" % first["numerical_token"]
+                      if first["numerical_token"] >= 0 else " (logits and tokens equal)",
+                      first["vllm"]["first_split_step"], first["vllm"]["first_split_site"],
+                      first["vllm"]["trace"]))
+    return "\n".join(out) + "\n"
+
+
+# ---- main ------------------------------------------------------------------------------------
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        return worker(argv[1])
+    ap = argparse.ArgumentParser(prog="python -m llmrr.vllm_fuzz",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", help="a Hugging Face model directory vLLM loads")
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("-o", "--out", required=True, help="output folder (must not exist or be empty)")
+    ap.add_argument("--max-co-requests", type=int, default=12)
+    ap.add_argument("--max-prompt", type=int, default=48)
+    ap.add_argument("--max-wave", type=int, default=4, help="last engine step a request arrives")
+    ap.add_argument("--mbt", default="256,32,16",
+                    help="max_num_batched_tokens values drawn (small ones chunk prefills)")
+    ap.add_argument("--prefix", default="off,on", help="prefix caching values drawn")
+    ap.add_argument("--capture", default="layers", choices=["none", "layers", "all"])
+    ap.add_argument("--keep-all", action="store_true", help="keep every run's trace")
+    a = ap.parse_args(argv)
+    if not os.path.isfile(os.path.join(a.model, "config.json")):
+        die("%s: not a model directory (no config.json)" % a.model)
+    if a.runs < 1 or a.max_tokens < 1:
+        die("--runs and --max-tokens must be >= 1")
+    if os.path.exists(a.out) and os.listdir(a.out):
+        die("%s exists and is not empty: give a new folder (nothing is overwritten)" % a.out)
+    try:
+        mbts = [int(x) for x in a.mbt.split(",")]
+        prefixes = [{"on": True, "off": False}[x] for x in a.prefix.split(",")]
+    except (ValueError, KeyError):
+        die("--mbt takes integers, --prefix takes on/off, comma-separated")
+    cfg = json.load(open(os.path.join(a.model, "config.json")))
+    vocab = int(cfg.get("vocab_size", 512))
+    a.max_seqs = a.max_co_requests + 1
+    a.max_model_len = max(256, TARGET_LEN + a.max_prompt + 2 * a.max_tokens + 64)
+    if min(mbts) < a.max_seqs:
+        die("--mbt values must be >= max_num_seqs (%d = --max-co-requests + 1)" % a.max_seqs)
+    binary = llmrr_bin()
+    rng = random.Random(a.seed)
+    a.target = [rng.randrange(2, vocab) for _ in range(TARGET_LEN)]
+    space = {"max_co": a.max_co_requests, "max_prompt": a.max_prompt, "max_new": 2 * a.max_tokens,
+             "max_wave": a.max_wave, "mbt": mbts, "prefix": prefixes, "share": 0.3}
+    comps = [draw(rng, a.target, vocab, space) for _ in range(a.runs)]
+
+    traces = os.path.join(a.out, "traces")
+    work = os.path.join(a.out, "work")
+    os.makedirs(traces, exist_ok=True)
+    os.makedirs(work, exist_ok=True)
+    ref_setting = {"mbt": max(mbts), "prefix": False}
+    groups = {setting_key(ref_setting): (ref_setting, [])}
+    for i, c in enumerate(comps):
+        groups.setdefault(setting_key(c["setting"]), (c["setting"], []))[1].append(i)
+    t0 = time.time()
+    ref = None
+    outs, runs_of = {}, {}
+    for key, (setting, idx) in groups.items():
+        solo = {"index": -1 - len(runs_of), "target_arrival": 0, "others": [],
+                "trace": os.path.join(traces, "alone-%s.trace" % key)}
+        runs = [solo] + [dict(comps[i], index=i, trace=os.path.join(traces, "run-%05d.trace" % i))
+                         for i in idx]
+        if ref is None:
+            ref = solo["trace"]
+        sys.stderr.write("llmrr.vllm_fuzz: setting %s: %d runs + the target alone\n"
+                         % (key, len(idx)))
+        res = run_setting(a, key, setting, runs, work)
+        for r in runs:
+            outs[r["index"]] = res[r["index"]]
+            runs_of[r["index"]] = (key, r)
+    baseline = completion_id(outs[-1]["target"])
+    completions = {}
+    results = []
+    deleted = 0
+    for index in sorted(runs_of, key=lambda i: (i < 0, abs(i))):
+        key, r = runs_of[index]
+        if r["trace"] == ref:
+            continue
+        c = compare(binary, ref, r["trace"])
+        tokens = outs[index]["target"]
+        h = completion_id(tokens)
+        completions[h] = tokens
+        if tokens != outs[-1]["target"]:
+            c["verdict"] = "visible"
+        rows_differ = c["first_split_site"] is not None or bool(c["cause"])
+        kept = a.keep_all or c["verdict"] != "identical" or rows_differ
+        if not kept:
+            os.remove(r["trace"])
+            deleted += 1
+        others = r.get("others", [])
+        entry = {"verdict": c["verdict"], "numerical_token": c["numerical_token"],
+                 "visible_token": c["visible_token"], "cause": c["cause"],
+                 "cause_position": c["cause_position"], "cause_layer": c["cause_layer"],
+                 "index": index, "co_requests": len(others),
+                 "prompt_tokens": len(a.target) + sum(len(o["prompt_ids"]) for o in others),
+                 "target_arrival": r.get("target_arrival", 0),
+                 "prefill_chunk": runs_of[index][1].get("setting", {}).get("mbt", 0)
+                 if index >= 0 else groups[key][0]["mbt"],
+                 "capacity_factor": 0, "overflow": "none", "completion": h,
+                 "target_dropped": False, "target_rerouted": False,
+                 "vllm": {"setting": key, "solo": index < 0, "verified": True,
+                          "rows_differ": rows_differ,
+                          "compared_with": ref, "diff_verdict": c["diff_verdict"],
+                          "first_split_step": c["first_split_step"],
+                          "first_split_site": c["first_split_site"],
+                          "engine_steps": outs[index]["steps"],
+                          "trace": r["trace"] if kept else None,
+                          "others": others}}
+        results.append(entry)
+    completions[baseline] = outs[-1]["target"]
+    s = summarize(a, space, results, completions, baseline, time.time() - t0)
+    s["vllm"]["reference_trace"] = ref
+    s["vllm"]["traces_deleted"] = deleted
+    s["vllm"]["note"] = ("runs with index < 0 are the target alone under a non-reference setting; "
+                         "traces of identical runs are deleted unless --keep-all")
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump(s, f, indent=1)
+    text = format_summary(s) + ("  traces: kept %d (reference, splits, rows differing) in %s, "
+                                "deleted %d identical\n" % (len(results) - deleted + 1, traces, deleted))
+    with open(os.path.join(a.out, "summary.txt"), "w") as f:
+        f.write(text)
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main() or 0)

@@ -1,0 +1,102 @@
+"""python -m llmrr.vllm_fuzz on the tiny seeded Llama (make_model.py), label "vllm".
+
+8 drawn runs over two engine settings (max_num_batched_tokens 256 and 16: the second chunks
+the prefills) plus the target alone under each: the summary (json and text) is written, its
+counts add up, every run was verified and compared with the reference trace by `llmrr diff`,
+the traces of identical runs are gone and those of splits are kept and verify. Bad input is
+refused with exit 2 and nothing written."""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+from common import llmrr_cli, require  # noqa: E402
+
+require("torch", "transformers", "vllm")
+
+WORK = os.getcwd()
+MODEL = os.path.join(WORK, "tiny-llama")
+OUT = os.path.join(WORK, "fz")
+
+
+def fuzz(*args):
+    env = dict(os.environ)
+    env.pop("LLMRR_VLLM_TRACE", None)
+    return subprocess.run([sys.executable, "-m", "llmrr.vllm_fuzz", *args], env=env,
+                          capture_output=True, text=True, timeout=1500)
+
+
+class VllmFuzz(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), MODEL], check=True,
+                       capture_output=True)
+        cls.p = fuzz(MODEL, "--runs", "8", "--seed", "3", "--max-tokens", "4", "--mbt", "256,16",
+                     "--prefix", "off", "--max-co-requests", "6", "-o", OUT)
+
+    def test_summary_counts_add_up(self):
+        p = self.p
+        self.assertEqual(p.returncode, 0, p.stderr[-4000:])
+        with open(os.path.join(OUT, "summary.json")) as f:
+            s = json.load(f)
+        with open(os.path.join(OUT, "summary.txt")) as f:
+            text = f.read()
+        self.assertEqual(text, p.stdout)
+        st = s["stats"]
+        results = s["results"]
+        drawn = [r for r in results if not r["vllm"]["solo"]]
+        solos = [r for r in results if r["vllm"]["solo"]]
+        self.assertEqual(len(drawn), 8)
+        self.assertEqual(sorted(r["index"] for r in drawn), list(range(8)))
+        self.assertEqual(len(solos), 1)  # the target alone under mbt16 (mbt256 is the reference)
+        self.assertEqual(s["runs_done"], len(results))
+        self.assertEqual(st["identical"] + st["numerical"] + st["visible"], len(results))
+        self.assertEqual(sum(c["runs"] for c in s["completions"].values()), len(results))
+        self.assertEqual(st["unique_completions"], len({r["completion"] for r in results}))
+        self.assertIn(s["baseline_completion"], s["completions"])
+        self.assertIn("identical %d" % st["identical"], text)
+        self.assertIn("unique completions: %d of %d runs" % (st["unique_completions"],
+                                                           len(results)), text)
+        ref = s["vllm"]["reference_trace"]
+        self.assertTrue(os.path.isfile(ref))
+        self.assertIn("complete", llmrr_cli("verify", ref)[1])
+        kept = 0
+        for r in results:
+            v = r["vllm"]
+            self.assertTrue(v["verified"])
+            self.assertEqual(v["compared_with"], ref)
+            self.assertIn(v["diff_verdict"], ("identical", "numerical split", "visible split"))
+            self.assertEqual(r["verdict"] == "identical", v["diff_verdict"] == "identical")
+            self.assertEqual(v["rows_differ"], v["first_split_site"] is not None)
+            if r["verdict"] == "identical" and not v["rows_differ"]:
+                self.assertIsNone(v["trace"])
+            else:
+                kept += 1
+                self.assertTrue(os.path.isfile(v["trace"]))
+                rc, out = llmrr_cli("diff", ref, v["trace"], "--request", "0", ok=(0, 1))
+                if r["verdict"] == "identical":
+                    self.assertRegex(out, r"rows differ inside: first at position \d+, "
+                                     + v["first_split_site"])
+                else:
+                    self.assertRegex(out, r"split")
+        self.assertEqual(s["vllm"]["rows_differ"],
+                         sum(1 for r in results if r["vllm"]["rows_differ"]))
+        self.assertEqual(s["vllm"]["traces_deleted"], len(results) - kept)
+        left = sorted(os.listdir(os.path.join(OUT, "traces")))
+        self.assertEqual(len(left), kept + 1, left)
+
+    def test_bad_input_exits_2(self):
+        p = fuzz(os.path.join(WORK, "no-such-model"), "-o", os.path.join(WORK, "bad"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("not a model directory (no config.json)", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(WORK, "bad")))
+        p = fuzz(MODEL, "--mbt", "4", "-o", os.path.join(WORK, "bad"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("must be >= max_num_seqs", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
