@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "llmrr/replayer/diff_kernels.h"
 
@@ -140,11 +141,7 @@ int run_record_cuda_command(int argc, char** argv) {
   std::string cmdline;
   for (const std::string& c : command) cmdline += (cmdline.empty() ? "" : " ") + quote(c);
 
-  const pid_t child = ::fork();
-  if (child < 0)
-    return cli::report("record-cuda",
-                       make_error(ErrorCode::kIo, std::string("fork: ") + std::strerror(errno)));
-  if (child == 0) {
+  Result<int> ran = cli::run_program("record-cuda", command, [&] {
     ::setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
     ::setenv("LLMRR_CUPTI_OUTPUT", path.c_str(), 1);
     ::setenv("LLMRR_CUPTI_PID", std::to_string(::getpid()).c_str(), 1);
@@ -163,29 +160,10 @@ int run_record_cuda_command(int argc, char** argv) {
     if (!step_range.empty() || nvtx_all)
       ::setenv("NVTX_INJECTION64_PATH", LLMRR_CUPTI_LIBRARY_PATH, 0);
 #endif
-    std::vector<char*> args;
-    for (std::string& c : command) args.push_back(c.data());
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "llmrr record-cuda: error: %s: cannot run: %s\n", args[0],
-                 std::strerror(errno));
-    std::_Exit(127);
-  }
-  // The program gets the terminal's signals itself; we only wait for it.
-  std::signal(SIGINT, SIG_IGN);
-  std::signal(SIGTERM, SIG_IGN);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR)
-      return cli::report("record-cuda", make_error(ErrorCode::kInternal, std::string("waitpid: ") +
-                                                                             std::strerror(errno)));
-  }
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-  const int code = WIFEXITED(status)     ? WEXITSTATUS(status)
-                   : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
-                                         : 3;
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && !is_file(path)) return 127;
+  });
+  if (!ran.ok()) return cli::report("record-cuda", ran.status());
+  const int code = *ran;
+  if (code == 127 && !is_file(path)) return 127;
   if (!is_file(path)) {
     cli::report("record-cuda",
                 make_error(ErrorCode::kNotFound,

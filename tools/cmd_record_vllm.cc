@@ -4,18 +4,17 @@
 // through (128 + signal when it was killed); afterwards the trace (and, with tensor
 // parallelism, the other ranks' <trace>.rank<r>) is summarized.
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "llmrr/format/trace_reader.h"
 
@@ -80,37 +79,14 @@ int run_record_vllm_command(int argc, char** argv) {
     return cli::report("record-vllm", make_error(ErrorCode::kIo, path + ": cannot replace: " +
                                                                      std::strerror(errno)));
 
-  const pid_t child = ::fork();
-  if (child < 0)
-    return cli::report("record-vllm",
-                       make_error(ErrorCode::kIo, std::string("fork: ") + std::strerror(errno)));
-  if (child == 0) {
+  Result<int> ran = cli::run_program("record-vllm", command, [&] {
     ::setenv("LLMRR_VLLM_TRACE", path.c_str(), 1);
     ::setenv("LLMRR_VLLM_CAPTURE", capture.c_str(), 1);
     ::setenv("LLMRR_VLLM_TOP_K", std::to_string(top_k).c_str(), 1);
-    std::vector<char*> args;
-    for (std::string& c : command) args.push_back(c.data());
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "llmrr record-vllm: error: %s: cannot run: %s\n", args[0],
-                 std::strerror(errno));
-    std::_Exit(127);
-  }
-  // The program gets the terminal's signals itself (vLLM shuts its workers down); we wait.
-  std::signal(SIGINT, SIG_IGN);
-  std::signal(SIGTERM, SIG_IGN);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR)
-      return cli::report("record-vllm", make_error(ErrorCode::kInternal, std::string("waitpid: ") +
-                                                                             std::strerror(errno)));
-  }
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-  const int code = WIFEXITED(status)     ? WEXITSTATUS(status)
-                   : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
-                                         : 3;
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && !is_file(path)) return 127;
+  });
+  if (!ran.ok()) return cli::report("record-vllm", ran.status());
+  const int code = *ran;
+  if (code == 127 && !is_file(path)) return 127;
   if (!is_file(path)) {
     cli::report("record-vllm",
                 make_error(ErrorCode::kNotFound,
