@@ -117,6 +117,15 @@ def _patch(cls):
         cls.sample_tokens = sample_tokens
 
 
+def _dtype_codes():
+    """torch dtype -> the recorder's dtype code, for the dtypes it takes as they are."""
+    import torch
+
+    from . import _lib
+    return {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16,
+            torch.float16: _lib.DTYPE_F16}
+
+
 def _versions():
     import torch
     try:
@@ -402,10 +411,7 @@ class _StepRecorder:
             return
         # Host rows: the library copies and hashes them (the same mixsum64) on its own
         # thread, cheaper than a dozen torch ops per site.
-        from . import _lib
-        import torch
-        dt = {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16,
-              torch.float16: _lib.DTYPE_F16}
+        dt = _dtype_codes()
         x = x.detach()
         if x.dtype not in dt:
             x = x.float()
@@ -433,9 +439,7 @@ class _StepRecorder:
         # One logits row per scheduled request, in batch order (vLLM's logits_indices).
         if logits.shape[0] < len(self.order):
             return
-        from . import _lib
-        dt = {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16,
-              torch.float16: _lib.DTYPE_F16}
+        dt = _dtype_codes()
         x = logits.detach()
         if x.dtype not in dt:
             x = x.float()
