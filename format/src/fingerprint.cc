@@ -52,13 +52,32 @@ uint64_t mixsum64(const float* row, int64_t n) {
   return splitmix64(t[0] ^ splitmix64(t[1] ^ static_cast<uint64_t>(n)));
 }
 
+namespace {
+
+// l2 and max_abs of a row (the hash is the caller's).
+void summarize(const float* row, int64_t n, Fingerprint* out);
+
+}  // namespace
+
 Fingerprint fingerprint_row(const float* row, int64_t n) {
   Fingerprint f;
-  if (n <= 0) {
-    f.hash = hash_bytes(row, 0);
-    return f;
-  }
-  f.hash = hash_bytes(row, static_cast<size_t>(n) * sizeof(float));
+  f.hash = hash_bytes(row, n > 0 ? static_cast<size_t>(n) * sizeof(float) : 0);
+  summarize(row, n, &f);
+  return f;
+}
+
+Fingerprint fingerprint_row_mixsum64(const float* row, int64_t n) {
+  Fingerprint f;
+  f.hash = mixsum64(row, n > 0 ? n : 0);
+  summarize(row, n, &f);
+  return f;
+}
+
+namespace {
+
+void summarize(const float* row, int64_t n, Fingerprint* out) {
+  Fingerprint& f = *out;
+  if (n <= 0) return;
   // Fixed lane order (see the header): the result never depends on how the code is
   // vectorized, because every lane is its own sequential sum.
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -116,7 +135,8 @@ Fingerprint fingerprint_row(const float* row, int64_t n) {
     f.l2 = static_cast<float>(std::sqrt(sum));
     f.max_abs = m;
   }
-  return f;
 }
+
+}  // namespace
 
 }  // namespace llmrr::trace

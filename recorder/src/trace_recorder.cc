@@ -477,8 +477,8 @@ void TraceRecorder::complete_and_append(recorder_internal::StepSlot& slot) {
       const float* data = slot.arena.at(p.offset);
       for (int64_t r = 0; r < p.rows; ++r) {
         trace::Fingerprint& f = rows.rows[static_cast<size_t>(r)];
-        f = trace::fingerprint_row(data + r * p.cols, p.cols);
-        if (mixsum_rows_) f.hash = trace::mixsum64(data + r * p.cols, p.cols);
+        f = mixsum_rows_ ? trace::fingerprint_row_mixsum64(data + r * p.cols, p.cols)
+                         : trace::fingerprint_row(data + r * p.cols, p.cols);
       }
       fingerprints += p.rows;
     }

@@ -49,4 +49,7 @@ inline constexpr const char* kFingerprintMixsum = "mixsum64";
 // changes T_0 and T_1.
 uint64_t mixsum64(const float* row, int64_t n);
 
+// fingerprint_row with mixsum64 as the hash (l2 and max_abs as there).
+Fingerprint fingerprint_row_mixsum64(const float* row, int64_t n);
+
 }  // namespace llmrr::trace
