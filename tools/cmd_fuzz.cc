@@ -256,6 +256,8 @@ int run_fuzz_command(int argc, char** argv) {
   app.add_option("--sms", o.sms, "virtual device: SM count (default 132)");
   app.add_option("--blocks-per-sm", o.blocks_per_sm, "virtual device: CTAs per SM (default 2)");
   app.add_option("--attn-split", o.attn_split, "invariant policy: attention split size");
+  app.add_option("--gemm-split", o.gemm_split,
+                 "invariant policy: K columns per GEMM split (multiple of 16; 0 = no split-K)");
   app.add_flag("--json", json, "print summary.json to stdout instead of the report");
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   // One line on stderr and exit 2 for a usage error, --help on stdout.
@@ -348,6 +350,7 @@ int run_fuzz_command(int argc, char** argv) {
   c.engine.policy = o.policy;
   c.engine.device = s.device;
   c.engine.attn_split = o.attn_split;
+  c.engine.gemm_split = o.gemm_split;
   c.model_spec = o.model;
   c.dtype = o.dtype;
   c.target.prompt = s.requests.front().prompt;

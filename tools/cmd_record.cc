@@ -130,7 +130,7 @@ trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& r
   // Model, engine config and the extra keys the replayer reads, as the replayer writes them.
   replay::fill_run_header(&h, m, s.config, s.policy_name, s.device,
                           o.policy == "invariant" || o.attn_split > 0 ? attn_split : 0, o.seed,
-                          o.load);
+                          o.load, o.gemm_split);
   nlohmann::json x = nlohmann::json::parse(h.extra_config_json);
   if (!o.dtype.empty()) x["dtype"] = o.dtype;
   const EngineConfig& c = s.config;
@@ -156,6 +156,7 @@ trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& r
       {"sms", o.sms},
       {"blocks_per_sm", o.blocks_per_sm},
       {"attn_split", o.attn_split},
+      {"gemm_split", o.gemm_split},
       {"dtype", o.dtype},
       {"scoring", o.scoring},
       {"chat", o.chat},

@@ -46,6 +46,9 @@ void add_engine_options(CLI::App& app, EngineOptions& o, bool with_prompt) {
   app.add_option("--attn-split", o.attn_split,
                  "invariant policy: attention positions per split (default 64 for models "
                  "narrower than 512, else 256)");
+  app.add_option("--gemm-split", o.gemm_split,
+                 "invariant policy: K columns per GEMM split, a multiple of 16 (default 0: "
+                 "no split-K); the split count follows K alone, never the batch");
   app.add_option("--dtype", o.dtype, "fp32 | bf16 (default: as stored)");
   app.add_option("--scoring", o.scoring, "MoE router scoring: softmax | sigmoid");
   app.add_flag("--chat", o.chat,
@@ -132,6 +135,12 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
   if (o.sms < 1 || o.sms > 100000) return bad("--sms must be in [1, 100000]");
   if (o.blocks_per_sm < 1 || o.blocks_per_sm > 64) return bad("--blocks-per-sm must be in [1, 64]");
   if (o.attn_split < 0) return bad("--attn-split must be >= 0");
+  if (std::string why = gemm_split_check(o.gemm_split); !why.empty()) {
+    return bad("--gemm-split " + std::to_string(o.gemm_split) + " " + why);
+  }
+  if (o.gemm_split > 0 && o.policy != "invariant") {
+    return bad("--gemm-split is for the invariant policy (got --policy " + o.policy + ")");
+  }
   if (!o.dtype.empty() && o.dtype != "fp32" && o.dtype != "bf16") {
     return bad("--dtype must be fp32 or bf16 (got '" + o.dtype + "')");
   }
@@ -189,8 +198,8 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
     po.atomics = o.atomics;
     s.policy = make_production_policy(po);
   } else {
-    s.policy = make_invariant_policy(o.attn_split > 0 ? o.attn_split
-                                                      : default_invariant_split_size(mc.hidden));
+    s.policy = make_invariant_policy(
+        o.attn_split > 0 ? o.attn_split : default_invariant_split_size(mc.hidden), o.gemm_split);
   }
   s.policy_name = s.policy->name();
 

@@ -39,6 +39,7 @@ struct EngineOptions {
   int32_t sms = 132;
   int32_t blocks_per_sm = 2;
   int32_t attn_split = 0;            // invariant split size; 0: default for the model
+  int32_t gemm_split = 0;            // invariant K columns per GEMM split; 0: no split-K
   std::string dtype;                 // "" (as stored), fp32, bf16
   std::string scoring;               // "" (as the model), softmax, sigmoid
   bool chat = false;

@@ -2,12 +2,14 @@
 // side, batch 1 and 16, with the recorder off and on:
 //   exact     — the production policy's plans (virtual device) on the exact CUDA kernels;
 //   fast      — the production policy on CUDA: cuBLASLt tensor-core GEMMs, algorithm recorded;
-//   invariant — the batch-invariant plans on the exact kernels.
+//   invariant — the batch-invariant plans on the exact kernels;
+//   invariant/gsN — the same with split-K by a fixed N columns of K (`--gemm-split N,...`,
+//               the invariant policy's --gemm-split): one row per N given.
 // Each configuration runs `--reps` times (interleaved); the table shows medians and the
 // ratios to `fast` at the same batch and recording. Exits 0 with a note when there is no GPU
 // or no SmolLM2 (tools/fetch-smollm2).
 //
-//   gpu_engine_bench [--reps 3] [--tokens 64] [--model path.gguf]
+//   gpu_engine_bench [--reps 3] [--tokens 64] [--model path.gguf] [--gemm-split 64,128,256]
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -43,7 +45,8 @@ class ExactProduction final : public Policy {
 std::shared_ptr<Policy> make_policy(const std::string& family, const LoadedModel& m) {
   if (family == "exact") return std::make_shared<ExactProduction>();
   if (family == "fast") return make_production_policy();
-  return make_invariant_policy(default_invariant_split_size(m.config.hidden));
+  const int32_t gs = family.rfind("invariant/gs", 0) == 0 ? std::atoi(family.c_str() + 12) : 0;
+  return make_invariant_policy(default_invariant_split_size(m.config.hidden), gs);
 }
 
 // Tokens per second of one run: `batch` greedy requests of `tokens` tokens each.
@@ -99,6 +102,7 @@ double run_once(const LoadedModel& m, const std::string& family, int batch, int 
 int main(int argc, char** argv) {
   int reps = 3, tokens = 64;
   std::string model_path;
+  std::vector<std::string> families = {"exact", "fast", "invariant"};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::atoi(argv[++i]);
@@ -106,8 +110,28 @@ int main(int argc, char** argv) {
       tokens = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
       model_path = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: gpu_engine_bench [--reps N] [--tokens N] [--model F.gguf]\n");
+    else if (!std::strcmp(argv[i], "--gemm-split") && i + 1 < argc) {
+      const std::string list = argv[++i];
+      for (size_t a = 0; a < list.size();) {
+        size_t z = list.find(',', a);
+        if (z == std::string::npos) z = list.size();
+        const std::string item = list.substr(a, z - a);
+        char* end = nullptr;
+        const long v = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || v <= 0 || !gemm_split_check(v).empty()) {
+          std::fprintf(stderr,
+                       "gpu_engine_bench: --gemm-split: '%s' is not a positive multiple of 16 "
+                       "(at most 1048576)\n",
+                       item.c_str());
+          return 2;
+        }
+        families.push_back("invariant/gs" + item);
+        a = z + 1;
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: gpu_engine_bench [--reps N] [--tokens N] [--model F.gguf] "
+                   "[--gemm-split N,...]\n");
       return 2;
     }
   }
@@ -131,7 +155,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpu_engine_bench: %s\n", m.status().to_string().c_str());
     return 1;
   }
-  const std::vector<std::string> families = {"exact", "fast", "invariant"};
   std::map<std::tuple<std::string, int, bool>, std::vector<double>> rates;
   run_once(*m, "fast", 1, 4, false);  // warm-up: context, cuBLASLt, first allocations
   for (int r = 0; r < reps; ++r) {
@@ -148,13 +171,13 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   std::printf("SmolLM2-135M on CUDA, bf16, %d tokens per request, median of %d\n", tokens, reps);
-  std::printf("%-10s %5s %6s %12s %10s\n", "family", "batch", "record", "tokens/s", "vs fast");
+  std::printf("%-16s %5s %6s %12s %10s\n", "family", "batch", "record", "tokens/s", "vs fast");
   for (int batch : {1, 16}) {
     for (bool record : {false, true}) {
       const double fast = median(rates[{"fast", batch, record}]);
       for (const std::string& f : families) {
         const double v = median(rates[{f, batch, record}]);
-        std::printf("%-10s %5d %6s %12.1f %9.2fx\n", f.c_str(), batch, record ? "on" : "off", v,
+        std::printf("%-16s %5d %6s %12.1f %9.2fx\n", f.c_str(), batch, record ? "on" : "off", v,
                     v / fast);
       }
     }

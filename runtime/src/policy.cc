@@ -92,7 +92,8 @@ class ProductionPolicy : public Policy {
 
 class InvariantPolicy : public Policy {
  public:
-  explicit InvariantPolicy(int32_t split_size) : split_size_(split_size) {}
+  InvariantPolicy(int32_t split_size, int32_t gemm_split_size)
+      : split_size_(split_size), gemm_split_size_(gemm_split_size) {}
   std::string name() const override { return "invariant"; }
 
   Result<Plan> plan(const PlanQuery& q) override {
@@ -100,9 +101,10 @@ class InvariantPolicy : public Policy {
     p.op = q.op;
     switch (q.op) {
       case OpKind::kGemm:
-        // One tile configuration, the full K loop inside each tile, no split-K or stream-K
-        // (Thinking Machines' batch_invariant_ops matmul; vLLM VLLM_BATCH_INVARIANT).
-        return gemm(1, kInvariantKTile);
+        // One tile configuration, the full K loop inside each tile, no stream-K (Thinking
+        // Machines' batch_invariant_ops matmul; vLLM VLLM_BATCH_INVARIANT). Split-K only by
+        // a fixed split size of K: the split count follows K, never M.
+        return gemm(invariant_gemm_splits(q.k, gemm_split_size_), kInvariantKTile);
       case OpKind::kRmsNorm:
         // One row per program, whatever the batch.
         p.splits = 1;
@@ -121,6 +123,7 @@ class InvariantPolicy : public Policy {
 
  private:
   int32_t split_size_;
+  int32_t gemm_split_size_;
 };
 
 class ForcedPolicy : public Policy {
@@ -314,8 +317,22 @@ std::unique_ptr<Policy> make_production_policy(const ProductionOptions& options)
   return std::make_unique<ProductionPolicy>(options);
 }
 
-std::unique_ptr<Policy> make_invariant_policy(int32_t attn_split_size) {
-  return std::make_unique<InvariantPolicy>(std::max(attn_split_size, 1));
+std::unique_ptr<Policy> make_invariant_policy(int32_t attn_split_size, int32_t gemm_split_size) {
+  return std::make_unique<InvariantPolicy>(std::max(attn_split_size, 1),
+                                           std::max(gemm_split_size, 0));
+}
+
+uint32_t invariant_gemm_splits(int64_t k, int32_t split_size) {
+  if (split_size <= 0 || k <= split_size) return 1;
+  const int64_t s = (k + split_size - 1) / split_size;
+  return static_cast<uint32_t>(std::min<int64_t>(s, kInvariantMaxGemmSplits));
+}
+
+std::string gemm_split_check(int64_t split_size) {
+  if (split_size < 0) return "must be >= 0 (0 = no split-K)";
+  if (split_size % 16 != 0) return "must be a multiple of 16";
+  if (split_size > (1 << 20)) return "must be at most 1048576";
+  return "";
 }
 
 int32_t default_invariant_split_size(int32_t hidden) { return hidden < 512 ? 64 : 256; }

@@ -123,6 +123,8 @@ TEST(ReplayCli, TracesOfLlmrrRecordReplay) {
        "--load 3"},
       {"rec-atomics", "--atomics --temperature 0.8 --top-p 0.9 --seed 3 --load 2 --capture all"},
       {"rec-dense", "--model builtin:tiny-dense --capture none --max-batch-tokens 24 --load 4"},
+      {"rec-gemm-split",
+       "--model builtin:tiny-dense --policy invariant --gemm-split 32 --dtype bf16 --load 3"},
   };
   for (const Case& c : cases) {
     std::string path = temp_path(std::string(c.name) + ".trace");
@@ -146,6 +148,27 @@ TEST(ReplayCli, TracesOfLlmrrRecordReplay) {
   int rc = run_command(bin + " replay --check-routing " + temp_path("rec-invariant.trace"), &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("routing recomputed"), std::string::npos) << out;
+  // The split-K plan is what was recorded and replayed: K = 256 in 8 splits of 32 columns.
+  rc = run_command(bin + " dump --steps 0 " + temp_path("rec-gemm-split.trace"), &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("L0.attn.q            split-K 8, k-tile 64"), std::string::npos)
+      << out.substr(0, 2000);
+}
+
+// --gemm-split takes a multiple of 16 and belongs to the invariant policy: anything else is a
+// usage error (one line, exit 2), before any model is loaded.
+TEST(ReplayCli, GemmSplitUsageErrors) {
+  const std::string bin = rtest::llmrr_binary();
+  for (const char* opts :
+       {"--policy invariant --gemm-split 100", "--policy invariant --gemm-split -16",
+        "--gemm-split 64", "--policy invariant --gemm-split 2097152"}) {
+    std::string out;
+    int rc = run_command(bin + " record --model builtin:tiny-dense " + opts +
+                             " --prompt hi --max-tokens 2 -q -o " + temp_path("gs-bad.trace"),
+                         &out, true);
+    EXPECT_EQ(rc, 2) << opts << ": " << out;
+    EXPECT_NE(out.find("--gemm-split"), std::string::npos) << opts << ": " << out;
+  }
 }
 
 // A demo script's output cut at its "== 2.", "== 3." and "== 4." banners (empty when one is

@@ -579,6 +579,28 @@ TEST(RunConfig, HeaderRoundTrip) {
   Result<std::shared_ptr<Policy>> p = replay::policy_from_header(h);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ((*p)->name(), "invariant");
+  PlanQuery gq;
+  gq.op = OpKind::kGemm;
+  gq.rows = 1;
+  gq.n = 8;
+  gq.k = 1024;
+  EXPECT_EQ((*p)->plan(gq)->splits, 1u);
+  // The invariant GEMM split size round-trips; a stranger's header with a bad one is refused.
+  {
+    trace::RunHeader g;
+    replay::fill_run_header(&g, m, c, "invariant", d, 32, 5, 3, 256);
+    Result<std::shared_ptr<Policy>> q = replay::policy_from_header(g);
+    ASSERT_TRUE(q.ok()) << q.status().to_string();
+    EXPECT_EQ((*q)->plan(gq)->splits, 4u);
+    for (const char* bad : {R"({"gemm_split": 17})", R"({"gemm_split": -16})",
+                            R"({"gemm_split": "64"})", R"({"gemm_split": 99999999999})"}) {
+      g.extra_config_json = bad;
+      Result<std::shared_ptr<Policy>> r = replay::policy_from_header(g);
+      ASSERT_FALSE(r.ok()) << bad;
+      EXPECT_NE(r.status().to_string().find("gemm_split"), std::string::npos)
+          << r.status().to_string();
+    }
+  }
   h.extra_config_json = "[1,2]";
   EXPECT_FALSE(replay::engine_config_from_header(h).ok());
   h.extra_config_json = R"({"scoring": "cosine"})";

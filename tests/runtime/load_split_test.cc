@@ -42,14 +42,14 @@ struct DropCounter : Observer {
 
 // What `llmrr run --dtype bf16 --prompt kDemoPrompt --load N [--arrival A]` computes.
 Gen generate(const std::string& model, bool invariant, int load, int64_t arrival = 0,
-             double capacity = 0) {
+             double capacity = 0, int32_t gemm_split = 0) {
   const LoadedModel& m = testing::builtin(model);
   EngineConfig cfg;
   cfg.weight_type = kernels::WeightType::kBF16;
   cfg.bf16_activations = true;
   if (capacity > 0) cfg.capacity = CapacityConfig{capacity, Overflow::kDrop};
   auto policy = invariant ? std::shared_ptr<Policy>(make_invariant_policy(
-                                default_invariant_split_size(m.config.hidden)))
+                                default_invariant_split_size(m.config.hidden), gemm_split))
                           : std::shared_ptr<Policy>(make_production_policy());
   auto e = Engine::create(m, cfg, policy);
   EXPECT_TRUE(e.ok());
@@ -83,6 +83,22 @@ TEST_P(LoadSplit, ProductionTextChangesUnderLoadInvariantNever) {
     EXPECT_EQ(inv.tokens, inv_solo.tokens) << "invariant, --load " << load;
     EXPECT_EQ(testing::first_logit_difference(*inv_solo.trace, *inv.trace, 0), -1)
         << "invariant, --load " << load;
+  }
+}
+
+// Split-K by a fixed K size (--gemm-split) keeps the invariant policy batch-invariant: the
+// split count follows K, so a request's logits are the same bits alone and under any load —
+// while the GEMMs really do split (the bits differ from the one-split invariant plan).
+TEST_P(LoadSplit, InvariantWithGemmSplitNeverChangesUnderLoad) {
+  Gen solo = generate(GetParam(), true, 0, 0, 0, 32);
+  Gen one_split = generate(GetParam(), true, 0);
+  EXPECT_NE(testing::first_logit_difference(*solo.trace, *one_split.trace, 0), -1)
+      << "--gemm-split 32 computed the same bits as no split: the plan was not followed";
+  for (int load : {1, 4, 8}) {
+    Gen inv = generate(GetParam(), true, load, 0, 0, 32);
+    EXPECT_EQ(inv.tokens, solo.tokens) << "invariant --gemm-split 32, --load " << load;
+    EXPECT_EQ(testing::first_logit_difference(*solo.trace, *inv.trace, 0), -1)
+        << "invariant --gemm-split 32, --load " << load;
   }
 }
 

@@ -105,6 +105,41 @@ TEST(ProductionPolicy, PrefillBatchesUseFlashAttentionAndSeparateCachedKv) {
   EXPECT_GT(production::attention_plan(longkv, 8, 4, 32, 16, d).splits, 1u);
 }
 
+// --gemm-split: split-K by a fixed number of K columns. The split count is a function of K
+// (ceil(K / size), at most 256), the same for every M and batch.
+TEST(InvariantPolicy, GemmSplitFollowsKNeverM) {
+  EXPECT_EQ(invariant_gemm_splits(576, 0), 1u);
+  EXPECT_EQ(invariant_gemm_splits(576, 64), 9u);
+  EXPECT_EQ(invariant_gemm_splits(576, 256), 3u);
+  EXPECT_EQ(invariant_gemm_splits(1536, 256), 6u);
+  EXPECT_EQ(invariant_gemm_splits(64, 256), 1u);    // K within one split
+  EXPECT_EQ(invariant_gemm_splits(65, 64), 2u);
+  EXPECT_EQ(invariant_gemm_splits(1 << 20, 16), kInvariantMaxGemmSplits);
+  auto inv = make_invariant_policy(64, 128);
+  for (int64_t k : {64, 128, 129, 576, 1536}) {
+    std::set<std::string> seen;
+    for (int64_t m : {1, 2, 7, 16, 64, 300}) {
+      for (int64_t n : {1, 576, 49152}) {
+        auto g = inv->plan(gemm_query(m, n, k));
+        ASSERT_TRUE(g.ok());
+        EXPECT_EQ(g->splits, invariant_gemm_splits(k, 128)) << "m " << m << " k " << k;
+        EXPECT_EQ(g->k_tile, kInvariantKTile);
+        EXPECT_EQ(g->order, CombineOrder::kFixed);
+        EXPECT_EQ(plan_check(*g), "");
+        if (n == 576) seen.insert(plan_to_string(*g));
+      }
+    }
+    EXPECT_EQ(seen.size(), 1u) << "k " << k;
+  }
+  // Without a split size the invariant GEMM keeps its one split.
+  EXPECT_EQ(make_invariant_policy(64)->plan(gemm_query(1, 576, 1536))->splits, 1u);
+  EXPECT_EQ(gemm_split_check(0), "");
+  EXPECT_EQ(gemm_split_check(256), "");
+  EXPECT_NE(gemm_split_check(-16), "");
+  EXPECT_NE(gemm_split_check(100), "");
+  EXPECT_NE(gemm_split_check(int64_t{1} << 21), "");
+}
+
 TEST(InvariantPolicy, PlansIgnoreTheBatch) {
   auto inv = make_invariant_policy(64);
   std::set<std::string> gemms, norms, attns;

@@ -54,7 +54,7 @@ bool parse_weight_hash(const std::string& text, uint64_t* hash) {
 
 void fill_run_header(trace::RunHeader* h, const LoadedModel& model, const EngineConfig& config,
                      const std::string& policy_name, const VirtualDevice& device,
-                     int32_t attn_split, uint64_t seed, int32_t load) {
+                     int32_t attn_split, uint64_t seed, int32_t load, int32_t gemm_split) {
   const ModelConfig& mc = model.config;
   h->model.name = model.identity;
   h->model.path = model.source;
@@ -101,6 +101,7 @@ void fill_run_header(trace::RunHeader* h, const LoadedModel& model, const Engine
     extra["scoring"] = *config.scoring == RouterScoring::kSigmoid ? "sigmoid" : "softmax";
   }
   if (attn_split > 0) extra["attn_split"] = attn_split;
+  if (gemm_split > 0) extra["gemm_split"] = gemm_split;
   if (config.capacity.enabled()) {
     extra["overflow"] = config.capacity.overflow == Overflow::kReroute ? "reroute" : "drop";
   }
@@ -199,13 +200,28 @@ Result<std::shared_ptr<Policy>> policy_from_header(const trace::RunHeader& h) {
   }
   if (name == "invariant") {
     int32_t split = 0;
+    int64_t gemm_split = 0;
     nlohmann::json extra = nlohmann::json::parse(h.extra_config_json, nullptr, false);
     if (extra.is_object()) {
       auto it = extra.find("attn_split");
       if (it != extra.end() && it->is_number_integer()) split = it->get<int32_t>();
+      it = extra.find("gemm_split");
+      if (it != extra.end()) {
+        if (!it->is_number_integer()) {
+          return bad_header("extra_config_json: gemm_split must be an integer, got " +
+                            safeio::dump(*it));
+        }
+        gemm_split = it->get<int64_t>();
+        std::string why = gemm_split_check(gemm_split);
+        if (!why.empty()) {
+          return bad_header("extra_config_json: gemm_split " + std::to_string(gemm_split) + " " +
+                            why);
+        }
+      }
     }
     if (split <= 0) split = default_invariant_split_size(h.model.hidden);
-    return std::shared_ptr<Policy>(make_invariant_policy(split));
+    return std::shared_ptr<Policy>(
+        make_invariant_policy(split, static_cast<int32_t>(gemm_split)));
   }
   return make_error(ErrorCode::kUnsupported, "run header: policy '" + name +
                                                  "' cannot be rebuilt (production, "

@@ -215,6 +215,9 @@ std::string record_command(const FuzzCampaign& c, const Composition& x, const st
   if (c.engine.policy == "invariant" && c.engine.attn_split > 0) {
     s += " --attn-split " + std::to_string(c.engine.attn_split);
   }
+  if (c.engine.policy == "invariant" && c.engine.gemm_split > 0) {
+    s += " --gemm-split " + std::to_string(c.engine.gemm_split);
+  }
   if (c.engine.policy == "production") {
     s += " --sms " + std::to_string(c.engine.device.sms) + " --blocks-per-sm " +
          std::to_string(c.engine.device.blocks_per_sm);
@@ -258,7 +261,8 @@ Status record_trace(const FuzzCampaign& c, const Composition& x, bool solo,
                             ? c.engine.attn_split
                             : default_invariant_split_size(c.engine.model->config.hidden);
   fill_run_header(&h, *c.engine.model, cfg, policy->name(), c.engine.device,
-                  c.engine.policy == "invariant" || c.engine.attn_split > 0 ? split : 0, 0, 0);
+                  c.engine.policy == "invariant" || c.engine.attn_split > 0 ? split : 0, 0, 0,
+                  c.engine.policy == "invariant" ? c.engine.gemm_split : 0);
   if (!c.dtype.empty()) {
     Json extra = Json::parse(h.extra_config_json);
     extra["dtype"] = c.dtype;

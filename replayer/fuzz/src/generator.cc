@@ -106,7 +106,8 @@ std::vector<RequestSpec> composition_requests(const FuzzTarget& target, const Co
 std::shared_ptr<Policy> FuzzEngine::make_policy() const {
   if (policy == "invariant") {
     return make_invariant_policy(
-        attn_split > 0 ? attn_split : default_invariant_split_size(model->config.hidden));
+        attn_split > 0 ? attn_split : default_invariant_split_size(model->config.hidden),
+        gemm_split);
   }
   ProductionOptions po;
   po.device = device;

@@ -74,10 +74,22 @@ std::unique_ptr<Policy> make_production_policy(const ProductionOptions& options 
 // attn_split_size: positions per attention part (Thinking Machines use 256; the engine
 // options pick 64 for models narrower than 512 so that the split path is exercised by the
 // short sequences of the tiny models — see default_invariant_split_size).
-std::unique_ptr<Policy> make_invariant_policy(int32_t attn_split_size = 256);
+// gemm_split_size: K columns per GEMM split (0: no split-K). A GEMM of reduction length K
+// then runs split-K with invariant_gemm_splits(K, gemm_split_size) splits — a function of
+// K alone, never of M or the batch, so the plan stays batch-invariant while a GPU gets
+// more independent work per output at small M (the split *size* is fixed, as attention's).
+std::unique_ptr<Policy> make_invariant_policy(int32_t attn_split_size = 256,
+                                              int32_t gemm_split_size = 0);
 int32_t default_invariant_split_size(int32_t hidden);
 // The k-tile every invariant GEMM uses.
 inline constexpr uint32_t kInvariantKTile = 64;
+// At most this many invariant GEMM splits (the exact CUDA GEMM's limit).
+inline constexpr uint32_t kInvariantMaxGemmSplits = 256;
+// ceil(K / split_size), clamped to [1, kInvariantMaxGemmSplits]; 1 when split_size <= 0.
+uint32_t invariant_gemm_splits(int64_t k, int32_t split_size);
+// Why a --gemm-split value is unusable ("" when fine): >= 0, a multiple of 16 (plan.h's split
+// ranges are whole 16-column groups), at most 1 << 20.
+std::string gemm_split_check(int64_t split_size);
 
 // Plans recorded per (step, site), e.g. read from a trace.
 class PlanSource {

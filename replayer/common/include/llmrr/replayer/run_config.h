@@ -9,6 +9,8 @@
 //   "bf16_activations": true | false
 //   "scoring":     "softmax" | "sigmoid"   (EngineConfig::scoring)
 //   "attn_split":  N                       (invariant policy's attention split size)
+//   "gemm_split":  N                       (invariant policy's K columns per GEMM split;
+//                                           absent or 0: no split-K)
 //   "overflow":    "drop" | "reroute"      (MoE overflow; the header's enum has no
 //                                           "none", capacity_factor 0 means dropless)
 // fill_run_header() writes exactly these, so a trace recorded through it round-trips.
@@ -32,7 +34,8 @@ namespace llmrr::replay {
 // recorder (TraceRecorder::open overwrites them).
 void fill_run_header(trace::RunHeader* header, const LoadedModel& model, const EngineConfig& config,
                      const std::string& policy_name, const VirtualDevice& device,
-                     int32_t attn_split = 0, uint64_t seed = 0, int32_t load = 0);
+                     int32_t attn_split = 0, uint64_t seed = 0, int32_t load = 0,
+                     int32_t gemm_split = 0);
 
 // "xxh3-64:1f2e3d4c5b6a7988".
 std::string weight_hash_text(uint64_t hash);

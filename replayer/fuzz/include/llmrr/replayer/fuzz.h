@@ -100,6 +100,7 @@ struct FuzzEngine {
   std::string policy = "production";   // production | invariant
   VirtualDevice device;
   int32_t attn_split = 0;              // invariant split size (0: the model's default)
+  int32_t gemm_split = 0;              // invariant K columns per GEMM split (0: no split-K)
   std::shared_ptr<Policy> make_policy() const;
   // The config a composition runs under.
   EngineConfig config_for(const Composition& c) const;
