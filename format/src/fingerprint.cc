@@ -36,7 +36,46 @@ uint64_t mixsum64(const float* row, int64_t n) {
   static constexpr uint32_t P[2] = {0x61C88647u, 0x2545F491u};
   static constexpr uint32_t S[2] = {0x1B873593u, 0x27D4EB2Fu};
   uint64_t t[2] = {0, 0};
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  // Eight elements at a time, the same terms in 32-bit lanes (mullo is the mod-2^32
+  // product), each lane's terms widened and summed into 64-bit accumulators. Integer sums
+  // do not depend on their order, so this is the scalar loop's result exactly.
+  if (n >= 8) {
+    const __m256i step = _mm256_set1_epi32(8);
+    const __m256i m1 = _mm256_set1_epi32(0x7FEB352D), m2 = _mm256_set1_epi32(0x68E31DA5);
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i acc[2][2] = {{_mm256_setzero_si256(), _mm256_setzero_si256()},
+                         {_mm256_setzero_si256(), _mm256_setzero_si256()}};
+    __m256i p[2], s[2];
+    for (int j = 0; j < 2; ++j) {
+      p[j] = _mm256_set1_epi32(static_cast<int>(P[j]));
+      s[j] = _mm256_set1_epi32(static_cast<int>(S[j]));
+    }
+    for (; i + 8 <= n; i += 8) {
+      const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i));
+      for (int j = 0; j < 2; ++j) {
+        __m256i a = _mm256_xor_si256(u, _mm256_add_epi32(_mm256_mullo_epi32(idx, p[j]), s[j]));
+        a = _mm256_xor_si256(a, _mm256_srli_epi32(a, 16));
+        a = _mm256_mullo_epi32(a, m1);
+        a = _mm256_xor_si256(a, _mm256_srli_epi32(a, 15));
+        a = _mm256_mullo_epi32(a, m2);
+        a = _mm256_xor_si256(a, _mm256_srli_epi32(a, 16));
+        acc[j][0] = _mm256_add_epi64(acc[j][0], _mm256_cvtepu32_epi64(_mm256_castsi256_si128(a)));
+        acc[j][1] =
+            _mm256_add_epi64(acc[j][1], _mm256_cvtepu32_epi64(_mm256_extracti128_si256(a, 1)));
+      }
+      idx = _mm256_add_epi32(idx, step);  // i mod 2^32, as static_cast<uint32_t>(i)
+    }
+    for (int j = 0; j < 2; ++j) {
+      alignas(32) uint64_t lane[4];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lane),
+                         _mm256_add_epi64(acc[j][0], acc[j][1]));
+      t[j] = lane[0] + lane[1] + lane[2] + lane[3];
+    }
+  }
+#endif
+  for (; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, row + i, sizeof u);
     for (int j = 0; j < 2; ++j) {

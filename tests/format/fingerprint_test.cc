@@ -80,6 +80,32 @@ TEST(Mixsum64, MatchesTheDefinitionSummedInAnyOrder) {
   EXPECT_EQ(mixsum64(pinned, 4), 0x58bf9a47e6948ba8ull);  // also pinned in tests/python
 }
 
+// The definition, one element at a time (what every vector path must reproduce).
+uint64_t reference_mixsum64(const float* row, int64_t n) {
+  uint64_t t[2] = {0, 0};
+  for (int64_t i = 0; i < n; ++i) {
+    for (int j = 0; j < 2; ++j) t[j] += term(bits(row[i]), static_cast<uint64_t>(i), j);
+  }
+  return splitmix(t[0] ^ splitmix(t[1] ^ static_cast<uint64_t>(n)));
+}
+
+// Every length around the vector width and its tails, rows that start at any float offset
+// (unaligned loads), and a long row: the vectorized hash equals the definition.
+TEST(Mixsum64, EveryLengthAndOffsetMatchesTheDefinition) {
+  std::vector<float> buf = random_row(4096 + 64, 3);
+  buf[17] = std::numeric_limits<float>::quiet_NaN();
+  buf[18] = -0.0f;
+  for (int64_t off = 0; off < 8; ++off) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      EXPECT_EQ(mixsum64(buf.data() + off, n), reference_mixsum64(buf.data() + off, n))
+          << "offset " << off << " n " << n;
+    }
+  }
+  for (int64_t n : {576, 1536, 4095, 4096}) {
+    EXPECT_EQ(mixsum64(buf.data() + 1, n), reference_mixsum64(buf.data() + 1, n)) << "n " << n;
+  }
+}
+
 TEST(Mixsum64, EveryBitOfEveryElementAndEveryPositionCounts) {
   std::vector<float> row = random_row(64, 2);
   const uint64_t base = mixsum64(row.data(), 64);
