@@ -8,7 +8,10 @@ MLP 1536, 30 layers, vocab 49152), fp32, made once under ~/.cache/llmrr/bench-mo
 round runs every mode once, in a fresh process, interleaved (off, none, layers, all), so a
 noisy machine slows all modes alike; a process warms up with one batch, then times --reps
 batches of --batch prompts x --tokens greedy tokens. Prints each mode's median tokens/s and
-its ratio to "off" (medians over rounds). vLLM runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING
+its ratio to "off" (medians over rounds). A mode "M:thread" (e.g. all:thread, with --modes)
+is capture M with the rows copied to and completed on the library's own thread
+(LLMRR_INLINE_STEPS=0) instead of fingerprinted where they are on the runtime's thread (the
+default for host rows), to measure one against the other. vLLM runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING
 =0) with enforce_eager=True (row hooks need eager mode); "off" is the same run without the
 plugin switched on. transformers runs generate() with llmrr.torch.record.
 """
@@ -101,6 +104,8 @@ def main():
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="comma-separated: off, none, layers, all, and M:thread variants")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
@@ -115,6 +120,12 @@ def main():
     if not os.path.exists(os.path.join(model, "config.json")):
         make_model(model, a.hidden, a.layers)
     runtimes = ["vllm", "transformers"] if a.runtime == "both" else [a.runtime]
+    modes = a.modes.split(",")
+    for m in modes:
+        if m.split(":")[0] not in MODES or m.split(":")[1:] not in ([], ["thread"]):
+            sys.exit("--modes: unknown mode %r (off, none, layers, all, or M:thread)" % m)
+    if "off" not in modes:
+        modes.insert(0, "off")
     cpu = "?"
     try:
         for line in open("/proc/cpuinfo"):
@@ -129,11 +140,15 @@ def main():
         cpu, isa, os.cpu_count(), os.path.basename(model), a.batch, a.tokens, a.rounds, a.reps))
     with tempfile.TemporaryDirectory(prefix="llmrr-bench-") as tmp:
         for rt in runtimes:
-            results = {m: [] for m in MODES}
+            results = {m: [] for m in modes}
             for _ in range(a.rounds):
-                for mode in MODES:
+                for name in modes:
+                    mode = name.split(":")[0]
                     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
                     env.pop("LLMRR_VLLM_TRACE", None)
+                    env.pop("LLMRR_INLINE_STEPS", None)
+                    if name.endswith(":thread"):
+                        env["LLMRR_INLINE_STEPS"] = "0"
                     if rt == "vllm" and mode != "off":
                         env["LLMRR_VLLM_TRACE"] = os.path.join(tmp, "warm-%s.trace" % mode)
                         env["LLMRR_VLLM_CAPTURE"] = mode
@@ -145,13 +160,13 @@ def main():
                     if out.returncode != 0:
                         sys.exit("%s %s failed:\n%s" % (rt, mode, out.stderr[-3000:]))
                     line = [x for x in out.stdout.splitlines() if x.startswith("{")][-1]
-                    results[mode].append(json.loads(line)["tokens_per_s"])
+                    results[name].append(json.loads(line)["tokens_per_s"])
             off = statistics.median(results["off"])
             print("| %s capture | tokens/s (median) | recorded / off |" % rt)
             print("|---|---:|---:|")
-            for mode in MODES:
-                med = statistics.median(results[mode])
-                print("| %s | %.1f | %.3f |" % (mode, med, med / off), flush=True)
+            for name in modes:
+                med = statistics.median(results[name])
+                print("| %s | %.1f | %.3f |" % (name, med, med / off), flush=True)
             print("  per round:", {m: [round(x, 1) for x in v] for m, v in results.items()})
 
 

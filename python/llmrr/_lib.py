@@ -57,6 +57,7 @@ class Config(ctypes.Structure):
         ("device_kind", ctypes.c_char_p),
         ("sync_on_close", ctypes.c_int32),
         ("fingerprint", ctypes.c_char_p),
+        ("inline_steps", ctypes.c_int32),
     ]
 
 

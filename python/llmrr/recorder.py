@@ -20,6 +20,17 @@ from . import _lib
 from ._lib import LlmrrError
 
 
+def inline_steps(host_rows):
+    """config.inline_steps for a runtime: 1 (rows fingerprinted where they are, each step
+    completed on the calling thread) when its rows live on the host, whose cores its own
+    threads fill; 0 (the library's thread) for a GPU runtime, whose host cores are free.
+    $LLMRR_INLINE_STEPS=0|1 overrides (to measure one against the other)."""
+    v = os.environ.get("LLMRR_INLINE_STEPS", "")
+    if v in ("0", "1"):
+        return int(v)
+    return 1 if host_rows else 0
+
+
 class Recorder:
     def __init__(self, path, **config):
         L = _lib.lib()

@@ -63,6 +63,7 @@ import torch
 
 from . import _lib
 from . import fingerprint as _fingerprint
+from . import recorder as _recorder_mod
 from .recorder import Recorder
 
 PADDING_REQUEST = 0xFFFFFFFF  # request id of the "padding" rows
@@ -159,7 +160,8 @@ class _HookRecorder:
             logits_mode=logits, top_k=top_k, zstd_level=zstd_level,
             extra_config_json=json.dumps(extra), command_line=" ".join(sys.argv),
             device_kind="cuda" if dev.type == "cuda" else "cpu",
-            device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else None)
+            device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+            inline_steps=_recorder_mod.inline_steps(dev.type == "cpu"))
 
     def attach(self):
         m = self.model

@@ -143,6 +143,7 @@ class _StepRecorder:
         import atexit
 
         from . import fingerprint
+        from . import recorder as recorder_mod
         from .recorder import Recorder
         self.runner = runner
         self.fp = fingerprint
@@ -198,7 +199,8 @@ class _StepRecorder:
             capture=self.capture if self.hooks_work else "none", top_k=top_k,
             extra_config_json=json.dumps(header), command_line=" ".join(sys.argv),
             device_kind="cuda" if header["device"].startswith("cuda") else "cpu",
-            device_name=header.get("device_name"), fingerprint=self.fp.KIND)
+            device_name=header.get("device_name"), fingerprint=self.fp.KIND,
+            inline_steps=recorder_mod.inline_steps(not header["device"].startswith("cuda")))
         # Under `llmrr record-cuda` the injection library's recorder takes the steps, so
         # kernel records and fingerprints share step numbers (its trace hashes rows with
         # xxh3-64 on the host; its owner closes it).

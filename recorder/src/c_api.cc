@@ -75,6 +75,9 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     if (c.sync_on_close != 0 && c.sync_on_close != 1) {
       return bad("sync_on_close must be 0 or 1, found " + std::to_string(c.sync_on_close));
     }
+    if (c.inline_steps != 0 && c.inline_steps != 1) {
+      return bad("inline_steps must be 0 or 1, found " + std::to_string(c.inline_steps));
+    }
     if (c.zstd_level < 0 || c.zstd_level > 19) {
       return bad("zstd_level must be in [0, 19], found " + std::to_string(c.zstd_level));
     }
@@ -130,6 +133,7 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     o.top_k = c.top_k;
     o.writer.zstd_level = c.zstd_level;
     o.writer.sync_on_close = c.sync_on_close != 0;
+    o.background = c.inline_steps == 0;
     llmrr::Result<std::unique_ptr<llmrr::TraceRecorder>> rec =
         llmrr::TraceRecorder::open(path, std::move(h), o);
     if (!rec.ok()) {
@@ -140,6 +144,7 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     handle->rec = std::move(rec).value();
     handle->vocab = c.vocab;
     handle->caller_hashes = fingerprint == llmrr::trace::kFingerprintMixsum;
+    handle->inline_rows = c.inline_steps == 1;
     *out = handle.release();
     return LLMRR_OK;
   } catch (const std::bad_alloc&) {

@@ -24,6 +24,9 @@ struct llmrr_recorder {
   std::unique_ptr<llmrr::TraceRecorder> rec;
   int32_t vocab = 0;  // from the config; 0 = unchecked
   bool caller_hashes = false;  // config.fingerprint "mixsum64": rows come as fingerprints
+  // config.inline_steps: record_rows fingerprints the rows where they are, on the calling
+  // thread, instead of copying them for the recorder's thread.
+  bool inline_rows = false;
   bool in_step = false;
   bool any_step = false;
   int64_t step = 0;

@@ -88,6 +88,21 @@ int llmrr_recorder_record_rows(llmrr_recorder* r, const char* site_name, const v
       v.data = r->scratch.data();
       v.ld = cols;
     }
+    if (r->inline_rows) {
+      // Fingerprint the rows where they are (no copy: at a prefill step of capture "all"
+      // the copies are hundreds of MB of fresh pages); the step's completion then has only
+      // the fingerprints to store.
+      std::vector<llmrr::trace::Fingerprint>& fp = r->fingerprints;
+      fp.resize(static_cast<size_t>(rows));
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* row = v.data + i * v.ld;
+        fp[static_cast<size_t>(i)] = r->caller_hashes
+                                         ? llmrr::trace::fingerprint_row_mixsum64(row, cols)
+                                         : llmrr::trace::fingerprint_row(row, cols);
+      }
+      v.data = nullptr;
+      v.fingerprints = fp.data();
+    }
     r->rec->on_rows(v);
     return after(r);
   });

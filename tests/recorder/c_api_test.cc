@@ -555,6 +555,95 @@ TEST(CApi, CallerFingerprintsAreMixsum64) {
   EXPECT_EQ(bad, nullptr);
 }
 
+// config.inline_steps: rows fingerprinted where they are on the calling thread, and each
+// step completed there. The trace holds the same records as one the library's thread wrote:
+// both hash kinds, fp32 and bf16 rows, strided rows (ld > cols), rows of part of the batch.
+TEST(CApi, InlineStepsWriteTheSameTrace) {
+  std::vector<float> data(6 * 24);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = std::sin(static_cast<float>(i)) * 7.0f;
+  std::vector<uint16_t> bf(data.size());
+  for (size_t i = 0; i < data.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &data[i], sizeof u);
+    bf[i] = static_cast<uint16_t>(u >> 16);
+  }
+  auto record = [&](const char* kind, int32_t inline_steps, const std::string& path) {
+    llmrr_recorder_config cfg;
+    llmrr_recorder_config_init(&cfg);
+    cfg.vocab = 16;
+    cfg.capture = LLMRR_CAPTURE_ALL;
+    cfg.fingerprint = kind;
+    cfg.inline_steps = inline_steps;
+    llmrr_recorder* r = open_or_fail(path, &cfg);
+    if (r == nullptr) return false;
+    llmrr_request q = make_request(0);
+    EXPECT_EQ(llmrr_recorder_add_request(r, &q), LLMRR_OK);
+    llmrr_segment seg{};
+    seg.request = 0;
+    seg.count = 6;
+    seg.sample = 1;
+    for (int64_t step = 0; step < 3; ++step) {
+      seg.start = static_cast<int32_t>(step * 6);
+      EXPECT_EQ(llmrr_recorder_begin_step(r, step, &seg, 1), LLMRR_OK)
+          << llmrr_recorder_last_error();
+      const float* d = data.data() + step;
+      EXPECT_EQ(llmrr_recorder_record_rows(r, "L0.out", d, LLMRR_DTYPE_F32, 6, 20, 24, nullptr),
+                LLMRR_OK)
+          << llmrr_recorder_last_error();
+      EXPECT_EQ(llmrr_recorder_record_rows(r, "L0.attn.q", bf.data(), LLMRR_DTYPE_BF16, 6, 24, 0,
+                                           nullptr),
+                LLMRR_OK)
+          << llmrr_recorder_last_error();
+      const int32_t some[2] = {4, 1};
+      EXPECT_EQ(llmrr_recorder_record_rows(r, "L0.mlp.down", d + 24, LLMRR_DTYPE_F32, 2, 24, 0,
+                                           some),
+                LLMRR_OK)
+          << llmrr_recorder_last_error();
+      EXPECT_EQ(llmrr_recorder_end_step(r), LLMRR_OK) << llmrr_recorder_last_error();
+    }
+    return llmrr_recorder_close(r) == LLMRR_OK;
+  };
+  for (const char* kind : {"xxh3-64", "mixsum64"}) {
+    const std::string a = temp_path(std::string("bg-") + kind + ".trace");
+    const std::string b = temp_path(std::string("inline-") + kind + ".trace");
+    ASSERT_TRUE(record(kind, 0, a)) << llmrr_recorder_last_error();
+    ASSERT_TRUE(record(kind, 1, b)) << llmrr_recorder_last_error();
+    auto ra = open_reader(a), rb = open_reader(b);
+    ASSERT_NE(ra, nullptr);
+    ASSERT_NE(rb, nullptr);
+    for (int64_t step = 0; step < 3; ++step) {
+      trace::StepRecord sa, sb;
+      ASSERT_TRUE(ra->read_step(step, &sa).ok());
+      ASSERT_TRUE(rb->read_step(step, &sb).ok());
+      ASSERT_EQ(sa.rows.size(), 3u);
+      ASSERT_EQ(sb.rows.size(), 3u);
+      for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(sa.rows[i].site, sb.rows[i].site);
+        EXPECT_EQ(sa.rows[i].cols, sb.rows[i].cols);
+        EXPECT_EQ(sa.rows[i].batch_rows, sb.rows[i].batch_rows);
+        ASSERT_EQ(sa.rows[i].rows.size(), sb.rows[i].rows.size());
+        for (size_t k = 0; k < sa.rows[i].rows.size(); ++k) {
+          EXPECT_EQ(sa.rows[i].rows[k].hash, sb.rows[i].rows[k].hash) << kind << " step " << step;
+          EXPECT_EQ(sa.rows[i].rows[k].l2, sb.rows[i].rows[k].l2);
+          EXPECT_EQ(sa.rows[i].rows[k].max_abs, sb.rows[i].rows[k].max_abs);
+        }
+      }
+      // And the hash is the kind's, of the row's own elements (the stride skipped).
+      const float* row0 = data.data() + step;
+      EXPECT_EQ(sb.rows[0].rows[0].hash, std::string(kind) == "mixsum64"
+                                             ? trace::mixsum64(row0, 20)
+                                             : trace::fingerprint_row(row0, 20).hash);
+    }
+  }
+  llmrr_recorder_config cfg;
+  llmrr_recorder_config_init(&cfg);
+  cfg.inline_steps = 2;
+  llmrr_recorder* bad = nullptr;
+  EXPECT_EQ(llmrr_recorder_open(temp_path("bad-inline.trace").c_str(), &cfg, &bad),
+            LLMRR_E_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(llmrr_recorder_last_error()).find("inline_steps"), std::string::npos);
+}
+
 TEST(CApi, OpenErrors) {
   llmrr_recorder* r = reinterpret_cast<llmrr_recorder*>(0x1);
   EXPECT_EQ(llmrr_recorder_open("/dev/full", nullptr, &r), LLMRR_E_IO);

@@ -153,6 +153,13 @@ typedef struct llmrr_recorder_config {
    * the caller where the tensor lives and given to llmrr_recorder_record_fingerprints
    * (without copying the rows). One kind per trace. */
   const char* fingerprint;
+  /* 1: complete each step (fingerprint the rows given to llmrr_recorder_record_rows, pick
+   * the logits' top-K, append the step) on the calling thread, in llmrr_recorder_end_step.
+   * 0 (default): on the library's own thread, while the caller goes on. Inline is for a
+   * runtime whose threads already fill the cores (a CPU engine with one thread per core):
+   * there a background thread takes a core from one of them at every step, and a parallel
+   * region waits for its slowest thread. */
+  int32_t inline_steps;
 } llmrr_recorder_config;
 
 /* One request (a prompt and its sampling parameters). */
