@@ -67,6 +67,19 @@ def setting_key(s):
     return "mbt%d%s" % (s["mbt"], "-prefix" if s["prefix"] else "")
 
 
+def tokenize(model, text):
+    """The target's token ids: the model directory's own tokenizer (transformers)."""
+    try:
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(model)
+    except Exception as e:  # no tokenizer files, or no transformers in this Python
+        die("--target-text: cannot load the tokenizer of %s (%s)" % (model, e))
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    if not ids:
+        die("--target-text: %r tokenizes to nothing" % text)
+    return ids
+
+
 # ---- the engine side (runs in a child process per setting) -----------------------------------
 
 def worker(job_path):
@@ -216,7 +229,7 @@ def summarize(args, space, results, completions, baseline, seconds):
         "campaign": {"model": args.model, "model_identity": "vllm:" + os.path.basename(
                          os.path.normpath(args.model)),
                      "policy": "vllm", "dtype": args.dtype, "target_prompt_ids": args.target,
-                     "prompt": "", "max_tokens": args.max_tokens, "seed": args.seed,
+                     "prompt": args.target_text or "", "max_tokens": args.max_tokens, "seed": args.seed,
                      "runs": args.runs, "shards": 1, "space": space},
         "shard_list": [0], "runs_done": n, "seconds": seconds,
         "baseline_completion": baseline,
@@ -292,6 +305,9 @@ def main(argv=None):
     ap.add_argument("--prefix", default="off,on", help="prefix caching values drawn")
     ap.add_argument("--capture", default="layers", choices=["none", "layers", "all"])
     ap.add_argument("--keep-all", action="store_true", help="keep every run's trace")
+    ap.add_argument("--target-text", default=None,
+                    help="the target prompt as text, tokenized with the model's tokenizer "
+                         "(default: %d random token ids drawn from the seed)" % TARGET_LEN)
     a = ap.parse_args(argv)
     if not os.path.isfile(os.path.join(a.model, "config.json")):
         die("%s: not a model directory (no config.json)" % a.model)
@@ -307,12 +323,16 @@ def main(argv=None):
     cfg = json.load(open(os.path.join(a.model, "config.json")))
     vocab = int(cfg.get("vocab_size", 512))
     a.max_seqs = a.max_co_requests + 1
-    a.max_model_len = max(256, TARGET_LEN + a.max_prompt + 2 * a.max_tokens + 64)
+    if a.target_text is not None and not a.target_text.strip():
+        die("--target-text is empty")
     if min(mbts) < a.max_seqs:
         die("--mbt values must be >= max_num_seqs (%d = --max-co-requests + 1)" % a.max_seqs)
     binary = llmrr_bin()
     rng = random.Random(a.seed)
     a.target = [rng.randrange(2, vocab) for _ in range(TARGET_LEN)]
+    if a.target_text is not None:
+        a.target = tokenize(a.model, a.target_text)
+    a.max_model_len = max(256, len(a.target) + a.max_prompt + 2 * a.max_tokens + 64)
     space = {"max_co": a.max_co_requests, "max_prompt": a.max_prompt, "max_new": 2 * a.max_tokens,
              "max_wave": a.max_wave, "mbt": mbts, "prefix": prefixes, "share": 0.3}
     comps = [draw(rng, a.target, vocab, space) for _ in range(a.runs)]
