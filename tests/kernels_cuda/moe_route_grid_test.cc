@@ -222,6 +222,26 @@ TEST(MoeRouteGrid, TheGridDropsAndReroutes) {
   EXPECT_GT(rerouted, 0);
 }
 
+// DeepSeek's denominator eps (1e-20) only shows in the bits when the chosen scores are as
+// small: sigmoid of logits near −48 sums to ~1e-20. There the device gates equal the CPU's,
+// and differ from what eps 0 gives (so the eps reaches the device code).
+TEST(MoeRouteGrid, DenominatorEpsReachesTheGates) {
+  std::mt19937 rng(27);
+  const RouteCase c{5, 16, 4, true, 4, 2, true, GateRule{true, 2.5f, 1e-20f}};
+  RouteCase no_eps = c;
+  no_eps.rule.denom_eps = 0.0f;
+  std::vector<float> logits = tied_logits(rng, 5 * 16, false);
+  for (float& v : logits) v = v * 0.5f - 48.0f;
+  std::vector<float> bias(16, 0.0f);
+  const CapacityConfig none{};
+  std::vector<float> select;
+  const Routing want = cpu_route(logits, bias, c, none, &select);
+  const DeviceRouting got = device_route(logits, bias, c, none, ThreadOrder::kReverse);
+  const DeviceRouting other = device_route(logits, bias, no_eps, none, ThreadOrder::kReverse);
+  EXPECT_EQ(first_diff(got.gates.data(), want.gates.data(), want.gates.size()), -1);
+  EXPECT_NE(first_diff(got.gates.data(), other.gates.data(), want.gates.size()), -1);
+}
+
 TEST(MoeRouteGrid, RefusesWhatTheKernelsDoNotTake) {
   detail::CapacityParams cp{};
   cp.experts = 4;
