@@ -14,14 +14,16 @@
 //                          return at once, block-uniformly).
 //   then swiglu_block over the gathered rows, the down projection as another grouped GEMM,
 //   moe_combine_block, and moe_finish_block: the shared expert's output (Qwen2-MoE scaled by
-//   its sigmoid gate) added after the routed sum, as the CPU does.
-// The engine's bf16_activations rounding is not here (no fixture MoE model uses it).
+//   its sigmoid gate) added after the routed sum, as the CPU does, with the engine's
+//   bf16_activations roundings of those steps. (Its roundings after each GEMM and swiglu are
+//   the CUDA engine's round_bf16 pass, as for dense layers.)
 #pragma once
 
 #include <cstdint>
 
 #include "block_exec.h"
 #include "gemm_phases.h"
+#include "llmrr/kernels/numerics_hd.h"
 #include "rope_phases.h"  // elementwise_launch
 
 namespace llmrr::kernels::cuda::detail {
@@ -117,6 +119,7 @@ struct MoeFinishParams {
   const float* shared_scale;  // rows, sigmoid already applied, or nullptr
   int64_t rows, dim;
   float* out;
+  bool bf16;  // bf16_activations: round where the engine rounds
 };
 
 inline Launch moe_finish_launch(const MoeFinishParams& p) {
@@ -129,10 +132,15 @@ LLMRR_HD void moe_finish_block(Block& b, const MoeFinishParams& p) {
     const int64_t i = b.bx * b.nthreads + t;
     if (i >= p.rows * p.dim) return;
     float o = p.routed[i];
+    if (p.bf16) o = numerics::hd::round_to_bf16(o);
     if (p.shared != nullptr) {
-      const float d = p.shared_scale != nullptr ? p.shared_scale[i / p.dim] * p.shared[i]
-                                                : p.shared[i];
+      float d = p.shared[i];
+      if (p.shared_scale != nullptr) {
+        d = p.shared_scale[i / p.dim] * d;
+        if (p.bf16) d = numerics::hd::round_to_bf16(d);
+      }
       o = o + d;
+      if (p.bf16) o = numerics::hd::round_to_bf16(o);
     }
     p.out[i] = o;
   });

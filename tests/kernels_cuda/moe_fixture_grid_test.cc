@@ -5,12 +5,15 @@
 // the routing and the combine's rows; the grid runner then runs the device path on the
 // fixture's layer weights with those inputs and plans, and must give the engine's routing and
 // combine rows bit for bit. Invariant and production (atomics: arrival orders) policies,
-// capacity with drop and reroute, fp32 and bf16 weights, threads forward and reversed.
+// capacity with drop and reroute, fp32 and bf16 weights, bf16 activations, threads forward
+// and reversed.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmrr/runtime/engine.h"
@@ -138,6 +141,10 @@ struct FixtureCase {
   int16_t layer;
 };
 
+void PrintTo(const FixtureCase& c, std::ostream* os) {
+  *os << c.dir << " L" << c.layer;
+}
+
 class MoeFixtureGridTest : public ::testing::TestWithParam<FixtureCase> {};
 
 TEST_P(MoeFixtureGridTest, DevicePathGivesTheEngineRoutingAndCombineBits) {
@@ -149,13 +156,15 @@ TEST_P(MoeFixtureGridTest, DevicePathGivesTheEngineRoutingAndCombineBits) {
                                  {0.75, Overflow::kDrop},
                                  {0.75, Overflow::kReroute}};
   int checked_steps = 0, split_plans = 0, not_kept = 0;
-  for (WeightType wt : {WeightType::kF32, WeightType::kBF16}) {
+  for (const auto& [wt, bf16_act] : {std::pair{WeightType::kF32, false},
+                                     std::pair{WeightType::kBF16, false},
+                                     std::pair{WeightType::kBF16, true}}) {
     for (bool production : {false, true}) {
       for (const CapacityConfig& cap : caps) {
         EngineConfig cfg;
         cfg.capacity = cap;
         cfg.weight_type = wt;
-        cfg.bf16_activations = false;
+        cfg.bf16_activations = bf16_act;
         std::shared_ptr<Policy> policy;
         if (production) {
           ProductionOptions po;
@@ -187,6 +196,7 @@ TEST_P(MoeFixtureGridTest, DevicePathGivesTheEngineRoutingAndCombineBits) {
           SCOPED_TRACE(::testing::Message()
                        << fc.dir << " L" << fc.layer << " step " << step
                        << (wt == WeightType::kBF16 ? " bf16" : " f32")
+                       << (bf16_act ? " bf16-activations" : "")
                        << (production ? " production" : " invariant") << " "
                        << overflow_name(cap.overflow));
           ASSERT_EQ(c.h.size(), static_cast<size_t>(c.rows * s.H));
@@ -195,7 +205,7 @@ TEST_P(MoeFixtureGridTest, DevicePathGivesTheEngineRoutingAndCombineBits) {
           for (const Plan& p : P.gate) split_plans += p.splits > 1;
           for (uint8_t o : c.outcome) not_kept += o != detail::kRouteKept;
           for (ThreadOrder order : kOrders) {
-            const DeviceOut d = device_layer(s, w, wt, P, cap, c.h, c.rows, order);
+            const DeviceOut d = device_layer(s, w, wt, P, cap, c.h, c.rows, order, bf16_act);
             ASSERT_EQ(d.experts, c.experts);
             ASSERT_EQ(d.outcome, c.outcome);
             ASSERT_EQ(first_diff(d.gates.data(), c.gates.data(), c.gates.size()), -1);
@@ -211,7 +221,7 @@ TEST_P(MoeFixtureGridTest, DevicePathGivesTheEngineRoutingAndCombineBits) {
   }
   // The run must have given the comparison something to compare: steps, split plans from
   // the production policy, and slots that capacity dropped or rerouted.
-  EXPECT_GE(checked_steps, 12 * 3);
+  EXPECT_GE(checked_steps, 18 * 3);
   EXPECT_GT(split_plans, 0);
   EXPECT_GT(not_kept, 0);
 }

@@ -18,6 +18,7 @@
 #include "cuda/select_phases.h"
 #include "cuda/swiglu_phases.h"
 #include "grid_runner.h"
+#include "llmrr/kernels/numerics_hd.h"
 #include "llmrr/kernels/plan.h"
 #include "llmrr/runtime/moe_router.h"
 
@@ -114,9 +115,17 @@ struct DeviceOut {
   std::vector<uint8_t> outcome;
 };
 
-inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType wt, const Plans& P,
-                       const CapacityConfig& cap, const std::vector<float>& h, int64_t R,
-                       ThreadOrder order) {
+// bf16_act: the engine's bf16_activations. Its roundings after GEMMs, swiglu and the sigmoid
+// gate are the CUDA engine's round_bf16 pass (not a phase body), done here on the host; the
+// ones of the final sums are moe_finish_block's.
+inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType wt,
+                              const Plans& P, const CapacityConfig& cap,
+                              const std::vector<float>& h, int64_t R, ThreadOrder order,
+                              bool bf16_act = false) {
+  auto rnd = [&](std::vector<float>& v) {
+    if (!bf16_act) return;
+    for (float& x : v) x = numerics::hd::round_to_bf16(x);
+  };
   DeviceOut d;
   const int64_t H = s.H, F = s.F;
   const int32_t E = s.E, K = s.K;
@@ -124,6 +133,7 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
   std::vector<float> scores(R * E, 7.0f);
   dev_gemm(h.data(), H, R, dev_weight(w.router, E, H), wt, E, H, scores.data(), E, P.router,
            order);
+  rnd(scores);
   detail::ScoreParams sp{scores.data(), E, R, E, !s.sigmoid};
   run_grid(detail::score_launch(sp), order, [&](HostBlock& b) { detail::score_block(b, sp); });
   std::vector<float> choice;
@@ -179,12 +189,16 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
   std::vector<float> eg(M * F, 7.0f), eu(M * F, 7.0f), ea(M * F, 7.0f), eo(M * H, 7.0f);
   dev_grouped_gemm(h.data(), H, wg, wt, F, H, base, erows, M, eg.data(), P.gate, order);
   dev_grouped_gemm(h.data(), H, wu, wt, F, H, base, erows, M, eu.data(), P.up, order);
+  rnd(eg);
+  rnd(eu);
   detail::SwigluParams sw{eg.data(), F, eu.data(), F, base[E], F, ea.data(), F};
   run_grid(detail::swiglu_launch(sw), order, [&](HostBlock& b) { detail::swiglu_block(b, sw); });
+  rnd(ea);
   // The down GEMM reads the gathered activations in place: identity rows.
   std::vector<int32_t> ident(M);
   for (int64_t j = 0; j < M; ++j) ident[j] = static_cast<int32_t>(j);
   dev_grouped_gemm(ea.data(), F, wd, wt, H, F, base, ident, M, eo.data(), P.down, order);
+  rnd(eo);
   // Shared expert.
   std::vector<float> sd, sscale;
   if (s.SF) {
@@ -194,18 +208,24 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
     dev_gemm(h.data(), H, R, dev_weight(w.sgate, SF, H), wt, SF, H, sg.data(), SF, P.sgate,
              order);
     dev_gemm(h.data(), H, R, dev_weight(w.sup, SF, H), wt, SF, H, su.data(), SF, P.sup, order);
+    rnd(sg);
+    rnd(su);
     detail::SwigluParams ss{sg.data(), SF, su.data(), SF, R, SF, sa.data(), SF};
     run_grid(detail::swiglu_launch(ss), order,
              [&](HostBlock& b) { detail::swiglu_block(b, ss); });
+    rnd(sa);
     dev_gemm(sa.data(), SF, R, dev_weight(w.sdown, H, SF), wt, H, SF, sd.data(), H, P.sdown,
              order);
+    rnd(sd);
     if (s.shared_gate) {
       sscale.assign(R, 7.0f);
       dev_gemm(h.data(), H, R, dev_weight(w.shared_gate, 1, H), wt, 1, H, sscale.data(), 1,
                P.sscale, order);
+      rnd(sscale);
       detail::ScoreParams sg1{sscale.data(), 1, R, 1, false};
       run_grid(detail::score_launch(sg1), order,
                [&](HostBlock& b) { detail::score_block(b, sg1); });
+      rnd(sscale);
     }
   }
   // Combine and the shared expert's sum.
@@ -217,7 +237,8 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
            [&](HostBlock& b) { detail::moe_combine_block(b, cp); });
   d.out.assign(R * H, 7.0f);
   detail::MoeFinishParams fp{comb.data(), s.SF ? sd.data() : nullptr,
-                             s.shared_gate ? sscale.data() : nullptr, R, H, d.out.data()};
+                             s.shared_gate ? sscale.data() : nullptr, R, H, d.out.data(),
+                             bf16_act};
   run_grid(detail::moe_finish_launch(fp), order,
            [&](HostBlock& b) { detail::moe_finish_block(b, fp); });
   return d;
