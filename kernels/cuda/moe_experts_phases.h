@@ -79,8 +79,8 @@ struct GroupedGemmParams {
   // shared x / ldx / y / ldy (x_rows and y are offset by the expert's base on the device).
   const GemmParams* expert;
   int32_t experts;
-  const int64_t* base;    // group_by_expert's
-  const int32_t* erows;   // gathered row → x row
+  const int64_t* base;   // group_by_expert's
+  const int32_t* erows;  // gathered row → x row
 };
 
 // Launch for up to `max_rows` gathered rows of n columns: the largest block any expert's

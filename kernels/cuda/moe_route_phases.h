@@ -102,12 +102,12 @@ LLMRR_HD void group_choice_block(Block& b, const GroupChoiceParams& p) {
 }
 
 struct CapacityParams {
-  const float* select;     // rows × experts (reroute order)
-  const int32_t* chosen;   // rows × k, the router's top-k
+  const float* select;    // rows × experts (reroute order)
+  const int32_t* chosen;  // rows × k, the router's top-k
   int64_t rows;
   int32_t experts, k, capacity;
-  int32_t* experts_out;    // rows × k
-  uint8_t* outcome;        // rows × k
+  int32_t* experts_out;  // rows × k
+  uint8_t* outcome;      // rows × k
 };
 
 // Host side: what the kernels take (experts ≥ k, so every chosen id is a real expert).
@@ -234,7 +234,7 @@ LLMRR_HD void capacity_reroute_block(Block& b, const CapacityParams& p) {
 }
 
 struct GatesParams {
-  const float* scores;   // rows × experts (unbiased)
+  const float* scores;  // rows × experts (unbiased)
   const int32_t* chosen;
   const int32_t* experts_used;  // after capacity (or chosen)
   int64_t rows;

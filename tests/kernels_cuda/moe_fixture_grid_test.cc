@@ -1,5 +1,6 @@
 // The MoE layer's device path (moe_layer_device.h) on a real fixture run: the CPU engine runs
-// tiny-qwen2moe / tiny-deepseek (two requests, so steps batch prefill with decode), an
+// tiny-mixtral / tiny-qwen2moe / tiny-qwen3moe / tiny-deepseek / builtin tiny-moe (two
+// requests, so steps batch prefill with decode), an
 // observer takes, at one MoE layer of every step, the layer's input (`mlp_norm` rows), every
 // plan the engine asked for (router, each expert's gate / up / down, shared expert, combine),
 // the routing and the combine's rows; the grid runner then runs the device path on the
@@ -74,13 +75,27 @@ const std::vector<float>& tensor(const LoadedModel& m, const std::string& name) 
 }
 
 // The layer's shape and weights as the engine reads them (ModelConfig, HF tensor names).
+// The layer's MoE tensor prefix: Mixtral's block_sparse_moe., else mlp.
+std::string moe_prefix(const LoadedModel& m, int layer) {
+  const std::string l = "model.layers." + std::to_string(layer) + ".";
+  return m.tensors.count(l + "block_sparse_moe.gate.weight") ? l + "block_sparse_moe." : l + "mlp.";
+}
+
 LayerShape shape_of(const ModelConfig& c, const LoadedModel& m, int layer) {
-  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
-  LayerShape s{"fixture", c.hidden, c.moe_ffn, c.experts, c.top_k,
-               c.scoring == RouterScoring::kSigmoid, c.n_group, c.topk_group, c.router_bias,
-               GateRule{c.norm_topk_prob, c.routed_scaling,
-                        c.arch == Arch::kDeepseekV3 ? 1e-20f : 0.0f},
-               0, m.tensors.count(p + "shared_expert_gate.weight") > 0};
+  const std::string p = moe_prefix(m, layer);
+  LayerShape s{
+      "fixture",
+      c.hidden,
+      c.moe_ffn,
+      c.experts,
+      c.top_k,
+      c.scoring == RouterScoring::kSigmoid,
+      c.n_group,
+      c.topk_group,
+      c.router_bias,
+      GateRule{c.norm_topk_prob, c.routed_scaling, c.arch == Arch::kDeepseekV3 ? 1e-20f : 0.0f},
+      0,
+      m.tensors.count(p + "shared_expert_gate.weight") > 0};
   for (const char* sh : {"shared_expert.", "shared_experts."}) {
     auto it = m.tensors.find(p + sh + "up_proj.weight");
     if (it != m.tensors.end()) s.SF = it->second.shape[0];
@@ -89,20 +104,21 @@ LayerShape shape_of(const ModelConfig& c, const LoadedModel& m, int layer) {
 }
 
 Weights weights_of(const LoadedModel& m, const LayerShape& s, int layer) {
-  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
+  const std::string p = moe_prefix(m, layer);
+  const bool mixtral = p.ends_with("block_sparse_moe.");
   Weights w;
   w.router = tensor(m, p + "gate.weight");
   if (s.bias) w.bias = tensor(m, p + "gate.e_score_correction_bias");
   for (int32_t e = 0; e < s.E; ++e) {
     const std::string q = p + "experts." + std::to_string(e) + ".";
-    w.gate.push_back(tensor(m, q + "gate_proj.weight"));
-    w.up.push_back(tensor(m, q + "up_proj.weight"));
-    w.down.push_back(tensor(m, q + "down_proj.weight"));
+    w.gate.push_back(tensor(m, q + (mixtral ? "w1.weight" : "gate_proj.weight")));
+    w.up.push_back(tensor(m, q + (mixtral ? "w3.weight" : "up_proj.weight")));
+    w.down.push_back(tensor(m, q + (mixtral ? "w2.weight" : "down_proj.weight")));
   }
   if (s.SF) {
-    const std::string q = p + (m.tensors.count(p + "shared_expert.up_proj.weight")
-                                   ? "shared_expert."
-                                   : "shared_experts.");
+    const std::string q =
+        p + (m.tensors.count(p + "shared_expert.up_proj.weight") ? "shared_expert."
+                                                                 : "shared_experts.");
     w.sgate = tensor(m, q + "gate_proj.weight");
     w.sup = tensor(m, q + "up_proj.weight");
     w.sdown = tensor(m, q + "down_proj.weight");
@@ -149,16 +165,18 @@ class MoeFixtureGridTest : public ::testing::TestWithParam<FixtureCase> {};
 
 TEST_P(MoeFixtureGridTest, DevicePathGivesTheEngineRoutingAndCombineBits) {
   const FixtureCase fc = GetParam();
-  auto loaded = load_model(std::string(LLMRR_FIXTURES_DIR) + "/" + fc.dir);
+  const std::string spec = std::string(fc.dir).starts_with("builtin:")
+                               ? std::string(fc.dir)
+                               : std::string(LLMRR_FIXTURES_DIR) + "/" + fc.dir;
+  auto loaded = load_model(spec);
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   const LoadedModel& m = *loaded;
-  const CapacityConfig caps[] = {{0.0, Overflow::kNone},
-                                 {0.75, Overflow::kDrop},
-                                 {0.75, Overflow::kReroute}};
+  const CapacityConfig caps[] = {
+      {0.0, Overflow::kNone}, {0.75, Overflow::kDrop}, {0.75, Overflow::kReroute}};
   int checked_steps = 0, split_plans = 0, not_kept = 0;
-  for (const auto& [wt, bf16_act] : {std::pair{WeightType::kF32, false},
-                                     std::pair{WeightType::kBF16, false},
-                                     std::pair{WeightType::kBF16, true}}) {
+  for (const auto& [wt, bf16_act] :
+       {std::pair{WeightType::kF32, false}, std::pair{WeightType::kBF16, false},
+        std::pair{WeightType::kBF16, true}}) {
     for (bool production : {false, true}) {
       for (const CapacityConfig& cap : caps) {
         EngineConfig cfg;
@@ -193,12 +211,11 @@ TEST_P(MoeFixtureGridTest, DevicePathGivesTheEngineRoutingAndCombineBits) {
         const LayerShape s = shape_of((*e)->model_config(), m, fc.layer);
         const Weights w = weights_of(m, s, fc.layer);
         for (const auto& [step, c] : cap_obs.steps) {
-          SCOPED_TRACE(::testing::Message()
-                       << fc.dir << " L" << fc.layer << " step " << step
-                       << (wt == WeightType::kBF16 ? " bf16" : " f32")
-                       << (bf16_act ? " bf16-activations" : "")
-                       << (production ? " production" : " invariant") << " "
-                       << overflow_name(cap.overflow));
+          SCOPED_TRACE(::testing::Message() << fc.dir << " L" << fc.layer << " step " << step
+                                            << (wt == WeightType::kBF16 ? " bf16" : " f32")
+                                            << (bf16_act ? " bf16-activations" : "")
+                                            << (production ? " production" : " invariant") << " "
+                                            << overflow_name(cap.overflow));
           ASSERT_EQ(c.h.size(), static_cast<size_t>(c.rows * s.H));
           ASSERT_EQ(c.out.size(), c.h.size());
           const Plans P = plans_of(c, s, fc.layer);
@@ -210,9 +227,8 @@ TEST_P(MoeFixtureGridTest, DevicePathGivesTheEngineRoutingAndCombineBits) {
             ASSERT_EQ(d.outcome, c.outcome);
             ASSERT_EQ(first_diff(d.gates.data(), c.gates.data(), c.gates.size()), -1);
             const int64_t diff = first_diff(d.out.data(), c.out.data(), c.out.size());
-            ASSERT_EQ(diff, -1) << "first diff at " << diff << ": "
-                                << (diff >= 0 ? d.out[diff] : 0) << " vs "
-                                << (diff >= 0 ? c.out[diff] : 0);
+            ASSERT_EQ(diff, -1) << "first diff at " << diff << ": " << (diff >= 0 ? d.out[diff] : 0)
+                                << " vs " << (diff >= 0 ? c.out[diff] : 0);
           }
           ++checked_steps;
         }
@@ -227,11 +243,14 @@ TEST_P(MoeFixtureGridTest, DevicePathGivesTheEngineRoutingAndCombineBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MoeFixtureGridTest,
-                         ::testing::Values(FixtureCase{"tiny-qwen2moe", 2},
-                                           FixtureCase{"tiny-deepseek", 1}),
+                         ::testing::Values(FixtureCase{"tiny-mixtral", 1},
+                                           FixtureCase{"tiny-qwen2moe", 2},
+                                           FixtureCase{"tiny-qwen3moe", 2},
+                                           FixtureCase{"tiny-deepseek", 1},
+                                           FixtureCase{"builtin:tiny-moe", 1}),
                          [](const ::testing::TestParamInfo<FixtureCase>& info) {
                            std::string n = info.param.dir;
-                           for (char& ch : n) ch = ch == '-' ? '_' : ch;
+                           for (char& ch : n) ch = (ch == '-' || ch == ':') ? '_' : ch;
                            return n;
                          });
 

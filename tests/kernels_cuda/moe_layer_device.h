@@ -44,7 +44,7 @@ inline void PrintTo(const LayerShape& s, std::ostream* os) {
 struct Weights {
   std::vector<float> router, bias, shared_gate;
   std::vector<std::vector<float>> gate, up, down;  // per expert, [n, k] row-major
-  std::vector<float> sgate, sup, sdown;  // shared expert (SF > 0)
+  std::vector<float> sgate, sup, sdown;            // shared expert (SF > 0)
 };
 
 // Every GEMM site's plan and the combine's, as the engine asks its plan source.
@@ -67,8 +67,9 @@ inline DevW dev_weight(const std::vector<float>& v, int64_t n, int64_t k) {
 }
 
 // One plain GEMM launch (gemm.cu's path).
-inline void dev_gemm(const float* x, int64_t ldx, int64_t m, const DevW& w, WeightType wt, int64_t n,
-              int64_t k, float* y, int64_t ldy, const Plan& plan, ThreadOrder order) {
+inline void dev_gemm(const float* x, int64_t ldx, int64_t m, const DevW& w, WeightType wt,
+                     int64_t n, int64_t k, float* y, int64_t ldy, const Plan& plan,
+                     ThreadOrder order) {
   detail::GemmParams p{};
   detail::Launch l;
   std::vector<uint16_t> arrival;
@@ -85,17 +86,17 @@ inline void dev_gemm(const float* x, int64_t ldx, int64_t m, const DevW& w, Weig
 
 // The grouped expert GEMM: per expert params from its plan and weight, one launch.
 inline void dev_grouped_gemm(const float* x, int64_t ldx, const std::vector<DevW>& w, WeightType wt,
-                      int64_t n, int64_t k, const std::vector<int64_t>& base,
-                      const std::vector<int32_t>& erows, int64_t max_rows, float* y,
-                      const std::vector<Plan>& plans, ThreadOrder order) {
+                             int64_t n, int64_t k, const std::vector<int64_t>& base,
+                             const std::vector<int32_t>& erows, int64_t max_rows, float* y,
+                             const std::vector<Plan>& plans, ThreadOrder order) {
   const int32_t E = static_cast<int32_t>(w.size());
   std::vector<detail::GemmParams> ps(E);
   std::vector<std::vector<uint16_t>> arrivals(E);
   for (int32_t e = 0; e < E; ++e) {
     detail::Launch unused;
-    ASSERT_EQ(detail::gemm_prepare(plans[e], base[e + 1] - base[e], n, k, ps[e], unused,
-                                   arrivals[e]),
-              "");
+    ASSERT_EQ(
+        detail::gemm_prepare(plans[e], base[e + 1] - base[e], n, k, ps[e], unused, arrivals[e]),
+        "");
     ps[e].x = x;
     ps[e].ldx = ldx;
     ps[e].w = w[e].ptr(wt);
@@ -118,10 +119,9 @@ struct DeviceOut {
 // bf16_act: the engine's bf16_activations. Its roundings after GEMMs, swiglu and the sigmoid
 // gate are the CUDA engine's round_bf16 pass (not a phase body), done here on the host; the
 // ones of the final sums are moe_finish_block's.
-inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType wt,
-                              const Plans& P, const CapacityConfig& cap,
-                              const std::vector<float>& h, int64_t R, ThreadOrder order,
-                              bool bf16_act = false) {
+inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType wt, const Plans& P,
+                              const CapacityConfig& cap, const std::vector<float>& h, int64_t R,
+                              ThreadOrder order, bool bf16_act = false) {
   auto rnd = [&](std::vector<float>& v) {
     if (!bf16_act) return;
     for (float& x : v) x = numerics::hd::round_to_bf16(x);
@@ -131,8 +131,7 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
   const int32_t E = s.E, K = s.K;
   // Routing.
   std::vector<float> scores(R * E, 7.0f);
-  dev_gemm(h.data(), H, R, dev_weight(w.router, E, H), wt, E, H, scores.data(), E, P.router,
-           order);
+  dev_gemm(h.data(), H, R, dev_weight(w.router, E, H), wt, E, H, scores.data(), E, P.router, order);
   rnd(scores);
   detail::ScoreParams sp{scores.data(), E, R, E, !s.sigmoid};
   run_grid(detail::score_launch(sp), order, [&](HostBlock& b) { detail::score_block(b, sp); });
@@ -140,8 +139,9 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
   const float* select = scores.data();
   if (s.n_group > 1 || s.bias) {
     choice.assign(scores.size(), 7.0f);
-    detail::GroupChoiceParams gp{scores.data(), s.bias ? w.bias.data() : nullptr, R, E,
-                                 s.n_group, s.topk_group, choice.data()};
+    detail::GroupChoiceParams gp{
+        scores.data(), s.bias ? w.bias.data() : nullptr, R, E, s.n_group, s.topk_group,
+        choice.data()};
     detail::Launch l;
     EXPECT_EQ(detail::group_choice_prepare(gp, l), "");
     run_grid(l, order, [&](HostBlock& b) { detail::group_choice_block(b, gp); });
@@ -156,9 +156,9 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
   d.experts = chosen;
   d.outcome.assign(R * K, detail::kRouteKept);
   if (cap.enabled()) {
-    detail::CapacityParams cp{select, chosen.data(), R, E, K,
-                              expert_capacity(R, K, E, cap.factor), d.experts.data(),
-                              d.outcome.data()};
+    detail::CapacityParams cp{
+        select,           chosen.data(),   R, E, K, expert_capacity(R, K, E, cap.factor),
+        d.experts.data(), d.outcome.data()};
     if (cap.overflow == Overflow::kDrop) {
       run_grid(detail::capacity_drop_launch(cp), order,
                [&](HostBlock& b) { detail::capacity_drop_block(b, cp); });
@@ -168,15 +168,16 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
     }
   }
   d.gates.assign(R * K, 7.0f);
-  detail::GatesParams gp{scores.data(), chosen.data(), d.experts.data(), R, E, K,
-                         s.rule.norm_topk_prob, s.rule.scale, s.rule.denom_eps, d.gates.data()};
+  detail::GatesParams gp{
+      scores.data(), chosen.data(),    d.experts.data(), R, E, K, s.rule.norm_topk_prob,
+      s.rule.scale,  s.rule.denom_eps, d.gates.data()};
   run_grid(detail::gates_launch(gp), order, [&](HostBlock& b) { detail::gates_block(b, gp); });
   // Grouping and experts.
   std::vector<int64_t> base(E + 1, -7);
   std::vector<int32_t> erows(R * K, -7);
   d.src.assign(R * K, -7);
-  detail::GroupByExpertParams bp{d.experts.data(), R, E, K, base.data(), erows.data(),
-                                 d.src.data()};
+  detail::GroupByExpertParams bp{d.experts.data(), R,           E, K, base.data(),
+                                 erows.data(),     d.src.data()};
   run_grid(detail::group_by_expert_launch(bp), order,
            [&](HostBlock& b) { detail::group_by_expert_block(b, bp); });
   std::vector<DevW> wg, wu, wd;
@@ -205,17 +206,14 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
     const int64_t SF = s.SF;
     std::vector<float> sg(R * SF, 7.0f), su(R * SF, 7.0f), sa(R * SF, 7.0f);
     sd.assign(R * H, 7.0f);
-    dev_gemm(h.data(), H, R, dev_weight(w.sgate, SF, H), wt, SF, H, sg.data(), SF, P.sgate,
-             order);
+    dev_gemm(h.data(), H, R, dev_weight(w.sgate, SF, H), wt, SF, H, sg.data(), SF, P.sgate, order);
     dev_gemm(h.data(), H, R, dev_weight(w.sup, SF, H), wt, SF, H, su.data(), SF, P.sup, order);
     rnd(sg);
     rnd(su);
     detail::SwigluParams ss{sg.data(), SF, su.data(), SF, R, SF, sa.data(), SF};
-    run_grid(detail::swiglu_launch(ss), order,
-             [&](HostBlock& b) { detail::swiglu_block(b, ss); });
+    run_grid(detail::swiglu_launch(ss), order, [&](HostBlock& b) { detail::swiglu_block(b, ss); });
     rnd(sa);
-    dev_gemm(sa.data(), SF, R, dev_weight(w.sdown, H, SF), wt, H, SF, sd.data(), H, P.sdown,
-             order);
+    dev_gemm(sa.data(), SF, R, dev_weight(w.sdown, H, SF), wt, H, SF, sd.data(), H, P.sdown, order);
     rnd(sd);
     if (s.shared_gate) {
       sscale.assign(R, 7.0f);
@@ -231,13 +229,25 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
   // Combine and the shared expert's sum.
   std::vector<float> comb(R * H, 7.0f);
   const std::vector<uint16_t> corder = detail::combine_order(P.combine, R, K);
-  detail::CombineParams cp{eo.data(), H, d.src.data(), d.gates.data(), R, K, H, comb.data(), H,
+  detail::CombineParams cp{eo.data(),
+                           H,
+                           d.src.data(),
+                           d.gates.data(),
+                           R,
+                           K,
+                           H,
+                           comb.data(),
+                           H,
                            corder.empty() ? nullptr : corder.data()};
   run_grid(detail::combine_launch(cp), order,
            [&](HostBlock& b) { detail::moe_combine_block(b, cp); });
   d.out.assign(R * H, 7.0f);
-  detail::MoeFinishParams fp{comb.data(), s.SF ? sd.data() : nullptr,
-                             s.shared_gate ? sscale.data() : nullptr, R, H, d.out.data(),
+  detail::MoeFinishParams fp{comb.data(),
+                             s.SF ? sd.data() : nullptr,
+                             s.shared_gate ? sscale.data() : nullptr,
+                             R,
+                             H,
+                             d.out.data(),
                              bf16_act};
   run_grid(detail::moe_finish_launch(fp), order,
            [&](HostBlock& b) { detail::moe_finish_block(b, fp); });

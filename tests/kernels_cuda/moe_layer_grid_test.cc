@@ -65,8 +65,12 @@ Plans invariant_plans(const LayerShape& s) {
 // kind to kind, and a combine whose arrival order differs from row to row.
 Plans split_plans(const LayerShape& s, int64_t rows) {
   const std::vector<Plan> menu = {
-      gemm_plan(2, 16),       gemm_plan(3, 0, {2, 0, 1}), gemm_plan(4, 16, {3, 1, 0, 2}),
-      gemm_plan(1, 32),       gemm_plan(5, 0),            gemm_plan(8, 16),
+      gemm_plan(2, 16),
+      gemm_plan(3, 0, {2, 0, 1}),
+      gemm_plan(4, 16, {3, 1, 0, 2}),
+      gemm_plan(1, 32),
+      gemm_plan(5, 0),
+      gemm_plan(8, 16),
       gemm_plan(2, 0, {1, 0}),
   };
   Plans p;
@@ -89,9 +93,9 @@ Plans split_plans(const LayerShape& s, int64_t rows) {
 }
 
 // The CPU: engine_moe.cc's moe_mlp with the engine's kernels, in its order.
-std::vector<float> cpu_layer(const LayerShape& s, const Weights& w, WeightType wt,
-                             const Plans& P, const CapacityConfig& cap,
-                             const std::vector<float>& h, int64_t R, Routing* routing) {
+std::vector<float> cpu_layer(const LayerShape& s, const Weights& w, WeightType wt, const Plans& P,
+                             const CapacityConfig& cap, const std::vector<float>& h, int64_t R,
+                             Routing* routing) {
   ThreadPool pool(1);
   const int64_t H = s.H, F = s.F;
   const int32_t E = s.E, K = s.K;
@@ -141,8 +145,8 @@ std::vector<float> cpu_layer(const LayerShape& s, const Weights& w, WeightType w
   }
   for (int32_t e = 0; e < E; ++e) {
     if (!count[e]) continue;
-    gemm(eb.data() + base[e] * H, H, count[e], pack(w.gate[e], F, H), eg.data() + base[e] * F,
-         F, P.gate[e], pool);
+    gemm(eb.data() + base[e] * H, H, count[e], pack(w.gate[e], F, H), eg.data() + base[e] * F, F,
+         P.gate[e], pool);
   }
   for (int32_t e = 0; e < E; ++e) {
     if (!count[e]) continue;
@@ -152,8 +156,8 @@ std::vector<float> cpu_layer(const LayerShape& s, const Weights& w, WeightType w
   if (total > 0) swiglu(eg.data(), F, eu.data(), F, total, F, ea.data(), F, pool);
   for (int32_t e = 0; e < E; ++e) {
     if (!count[e]) continue;
-    gemm(ea.data() + base[e] * F, F, count[e], pack(w.down[e], H, F), eo.data() + base[e] * H,
-         H, P.down[e], pool);
+    gemm(ea.data() + base[e] * F, F, count[e], pack(w.down[e], H, F), eo.data() + base[e] * H, H,
+         P.down[e], pool);
   }
   std::vector<float> sd;
   if (s.SF) {
@@ -188,9 +192,8 @@ TEST_P(MoeLayerGridTest, DevicePathMatchesTheCpuLayerBits) {
   const LayerShape s = GetParam();
   std::mt19937 rng(2024);
   const Weights w = make_weights(s, rng);
-  const CapacityConfig caps[] = {{0.0, Overflow::kNone},
-                                 {0.75, Overflow::kDrop},
-                                 {0.75, Overflow::kReroute}};
+  const CapacityConfig caps[] = {
+      {0.0, Overflow::kNone}, {0.75, Overflow::kDrop}, {0.75, Overflow::kReroute}};
   for (int64_t R : {1, 3, 17}) {
     const std::vector<float> h = random_vec(rng, R * s.H);
     for (bool split : {false, true}) {
@@ -211,8 +214,8 @@ TEST_P(MoeLayerGridTest, DevicePathMatchesTheCpuLayerBits) {
             }
             ASSERT_EQ(first_diff(got.gates.data(), want_r.gates.data(), got.gates.size()), -1);
             const int64_t d = first_diff(got.out.data(), want.data(), want.size());
-            ASSERT_EQ(d, -1) << "first diff at " << d << ": " << (d >= 0 ? got.out[d] : 0)
-                             << " vs " << (d >= 0 ? want[d] : 0);
+            ASSERT_EQ(d, -1) << "first diff at " << d << ": " << (d >= 0 ? got.out[d] : 0) << " vs "
+                             << (d >= 0 ? want[d] : 0);
           }
         }
       }

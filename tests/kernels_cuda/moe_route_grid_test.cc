@@ -60,8 +60,9 @@ DeviceRouting device_route(const std::vector<float>& logits, const std::vector<f
   const float* select = d.scores.data();
   if (c.n_group > 1 || c.bias) {
     d.select.assign(d.scores.size(), 0.0f);
-    detail::GroupChoiceParams gp{d.scores.data(), c.bias ? bias.data() : nullptr, R, E,
-                                 c.n_group, c.topk_group, d.select.data()};
+    detail::GroupChoiceParams gp{
+        d.scores.data(), c.bias ? bias.data() : nullptr, R, E, c.n_group, c.topk_group,
+        d.select.data()};
     detail::Launch l;
     EXPECT_EQ(detail::group_choice_prepare(gp, l), "");
     run_grid(l, order, [&](HostBlock& b) { detail::group_choice_block(b, gp); });
@@ -78,9 +79,9 @@ DeviceRouting device_route(const std::vector<float>& logits, const std::vector<f
   if (cap.enabled()) {
     d.experts.assign(R * K, -7);  // every slot must be written
     d.outcome.assign(R * K, 0xee);
-    detail::CapacityParams cp{select, d.chosen.data(), R, E, K,
-                              expert_capacity(R, K, E, cap.factor), d.experts.data(),
-                              d.outcome.data()};
+    detail::CapacityParams cp{
+        select,           d.chosen.data(), R, E, K, expert_capacity(R, K, E, cap.factor),
+        d.experts.data(), d.outcome.data()};
     EXPECT_EQ(detail::capacity_check(cp), "");
     if (cap.overflow == Overflow::kDrop) {
       run_grid(detail::capacity_drop_launch(cp), order,
@@ -91,8 +92,9 @@ DeviceRouting device_route(const std::vector<float>& logits, const std::vector<f
     }
   }
   d.gates.assign(R * K, 7.0f);
-  detail::GatesParams gp{d.scores.data(), d.chosen.data(), d.experts.data(), R, E, K,
-                         c.rule.norm_topk_prob, c.rule.scale, c.rule.denom_eps, d.gates.data()};
+  detail::GatesParams gp{
+      d.scores.data(), d.chosen.data(),  d.experts.data(), R, E, K, c.rule.norm_topk_prob,
+      c.rule.scale,    c.rule.denom_eps, d.gates.data()};
   run_grid(detail::gates_launch(gp), order, [&](HostBlock& b) { detail::gates_block(b, gp); });
   return d;
 }
@@ -133,8 +135,8 @@ std::vector<float> tied_logits(std::mt19937& rng, size_t n, bool coarse) {
 
 void check_case(const RouteCase& c, std::mt19937& rng) {
   const CapacityConfig caps[] = {
-      {0.0, Overflow::kNone},   {0.5, Overflow::kDrop},    {1.0, Overflow::kDrop},
-      {4.0, Overflow::kDrop},   {0.5, Overflow::kReroute}, {1.0, Overflow::kReroute},
+      {0.0, Overflow::kNone},     {0.5, Overflow::kDrop},    {1.0, Overflow::kDrop},
+      {4.0, Overflow::kDrop},     {0.5, Overflow::kReroute}, {1.0, Overflow::kReroute},
       {1.25, Overflow::kReroute}, {4.0, Overflow::kReroute},
   };
   for (bool coarse : {false, true}) {
@@ -186,13 +188,13 @@ TEST(MoeRouteGrid, DeepSeekGroupLimitedChoiceMatchesTheCpuBits) {
   struct G {
     int32_t experts, n_group, topk_group, k;
   };
-  const G gs[] = {{8, 4, 2, 2}, {16, 4, 1, 2}, {16, 8, 3, 4}, {32, 8, 4, 8},
-                  {64, 8, 4, 8}, {60, 4, 2, 6}, {4, 4, 4, 1}, {64, 16, 2, 6}};
+  const G gs[] = {{8, 4, 2, 2},  {16, 4, 1, 2}, {16, 8, 3, 4}, {32, 8, 4, 8},
+                  {64, 8, 4, 8}, {60, 4, 2, 6}, {4, 4, 4, 1},  {64, 16, 2, 6}};
   for (const G& g : gs) {
     for (int64_t r : {1, 5, 17, 65}) {
       for (bool bias : {false, true}) {
-        RouteCase c{r, g.experts, g.k, true, g.n_group, g.topk_group, bias,
-                    GateRule{true, 2.5f, 1e-20f}};
+        RouteCase c{r,         g.experts,    g.k,  true,
+                    g.n_group, g.topk_group, bias, GateRule{true, 2.5f, 1e-20f}};
         check_case(c, rng);
         if (HasFatalFailure()) return;
       }
