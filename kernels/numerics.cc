@@ -5,18 +5,13 @@
 
 #include <cmath>
 
+#include "llmrr/kernels/numerics_hd.h"
 #include "numerics_internal.h"
 
 namespace llmrr::numerics {
 
 uint16_t f32_to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  // Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. Carries
-  // propagate into the exponent, so the largest finite values round to inf as they must.
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
+  return hd::f32_to_bf16(x);  // numerics_hd.h: one text for host and device
 }
 
 float f16_to_f32(uint16_t h) {

@@ -33,6 +33,9 @@ struct GemmParams {
   int64_t splits, c, k_tile;
   const uint16_t* order;  // combine order, or nullptr for 0, 1, 2, ...
   int groups;
+  // Row indirection: output row r reads x row x_rows[r] (MoE's rows routed to one expert,
+  // moe_experts_phases.h), or row r when nullptr.
+  const int32_t* x_rows = nullptr;
 };
 
 // Host side: parameters (everything but the pointers) and launch from the plan. `order`
@@ -91,15 +94,16 @@ LLMRR_HD inline float gemm_partial(const GemmParams& p, const float* xr, int64_t
   return part;
 }
 
+// Output row `row`, columns [bx·nb, bx·nb + nb), on a block of at least kGemmCols·groups
+// threads (the rest idle): gemm_block's body, shared with the grouped expert GEMM.
 template <class Block>
-LLMRR_HD void gemm_block(Block& b, const GemmParams& p) {
+LLMRR_HD void gemm_row(Block& b, const GemmParams& p, int64_t row) {
   float* partial = static_cast<float*>(b.smem);  // [splits][kGemmCols]
-  const int64_t row = b.by;
-  const float* xr = p.x + row * p.ldx;
+  const float* xr = p.x + (p.x_rows != nullptr ? p.x_rows[row] : row) * p.ldx;
   b.phase([&](int t) {
     const int j = t % kGemmCols;
     const int64_t col = b.bx * kGemmCols + j;
-    if (col >= p.n) return;
+    if (col >= p.n || t >= kGemmCols * p.groups) return;
     for (int64_t s = t / kGemmCols; s < p.splits; s += p.groups) {
       partial[s * kGemmCols + j] = gemm_partial(p, xr, col, s);
     }
@@ -116,6 +120,11 @@ LLMRR_HD void gemm_block(Block& b, const GemmParams& p) {
     }
     p.y[row * p.ldy + col] = acc;
   });
+}
+
+template <class Block>
+LLMRR_HD void gemm_block(Block& b, const GemmParams& p) {
+  gemm_row(b, p, b.by);
 }
 
 // Host side: W[n, k] row-major fp32 → the K-major device layout (bf16 bits when `bf16`,

@@ -42,6 +42,18 @@ LLMRR_HD inline float bf16_to_f32(uint16_t h) {
   return ::llmrr::hd::f32_from_bits(static_cast<uint32_t>(h) << 16);
 }
 
+// numerics.h f32_to_bf16: NaN stays NaN (quiet bit set), else round to nearest even (carries
+// into the exponent, so the largest finite values round to inf).
+LLMRR_HD inline uint16_t f32_to_bf16(float x) {
+  uint32_t u = ::llmrr::hd::bits_of_f32(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+LLMRR_HD inline float round_to_bf16(float x) {
+  return bf16_to_f32(f32_to_bf16(x));
+}
+
 // numerics.h exp_f32: the same operations in the same order.
 LLMRR_HD inline float exp_f32(float x) {
   using namespace exp_consts;
