@@ -9,6 +9,7 @@
 #include "llmrr/replayer/replay.h"
 #include "llmrr/runtime/device.h"
 #include "llmrr/runtime/memory_trace.h"
+#include "../common/test_paths.h"
 #include "trace_test_util.h"
 
 namespace llmrr {
