@@ -10,6 +10,7 @@
 #include <cmath>
 #include <set>
 
+#include "../common/test_paths.h"
 #include "llmrr/replayer/bisect.h"
 #include "llmrr/replayer/diff.h"
 #include "trace_test_util.h"
@@ -190,7 +191,7 @@ TEST(Bisect, PlantedPlanIsNamedExactly) {
 // alone, as diff locates the split: its step and its site. (head_dim 16 would not do: chunks
 // are whole multiples of 16 lanes, so a head of 16 has one chunk whatever the plan says.)
 TEST(Bisect, PlantedQkNormPlanIsNamedExactly) {
-  auto loaded = load_model(std::string(LLMRR_FIXTURES_DIR) + "/tiny-qwen3");
+  auto loaded = load_model(LLMRR_PATH(LLMRR_FIXTURES_DIR) + "/tiny-qwen3");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   std::vector<RequestSpec> reqs;
   for (RequestId id = 0; id < 6; ++id) {

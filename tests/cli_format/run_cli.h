@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_paths.h"
+
 namespace llmrr::testing {
 
 struct CliResult {
@@ -38,7 +40,7 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-// Runs LLMRR_BINARY with `args` (each shell-quoted).
+// Runs LLMRR_BINARY ($LLMRR_BINARY, else the build-time path) with `args` (each shell-quoted).
 inline CliResult run_llmrr(const std::vector<std::string>& args) {
   static int counter = 0;
   // Built with += only: GCC 12 warns (falsely, -Wrestrict) on "literal" + std::string.
@@ -46,7 +48,7 @@ inline CliResult run_llmrr(const std::vector<std::string>& args) {
   base += std::to_string(::getpid());
   base += '_';
   base += std::to_string(counter++);
-  std::string cmd = shell_quote(LLMRR_BINARY);
+  std::string cmd = shell_quote(LLMRR_PATH(LLMRR_BINARY));
   for (const std::string& a : args) {
     cmd += ' ';
     cmd += shell_quote(a);

@@ -9,6 +9,7 @@
 #include "llmrr/replayer/replay.h"
 #include "llmrr/runtime/device.h"
 #include "llmrr/runtime/memory_trace.h"
+#include "../common/test_paths.h"
 #include "trace_test_util.h"
 
 namespace llmrr {
@@ -68,7 +69,7 @@ TEST(EngineGpu, ExactFamilyMatchesTheCpuBitForBit) {
   for (const char* model : {"tiny-dense", "tiny-llama-bf16"}) {
     const std::string spec = std::string(model) == "tiny-dense"
                                  ? "tiny-dense"
-                                 : std::string(LLMRR_FIXTURES_DIR) + "/tiny-llama-bf16";
+                                 : LLMRR_PATH(LLMRR_FIXTURES_DIR) + "/tiny-llama-bf16";
     const LoadedModel& m = rtest::builtin(spec);
     EngineRun cpu = run_on(Device::kCpu, m, "invariant", 3);
     EngineRun gpu = run_on(Device::kCuda, m, "invariant", 3);

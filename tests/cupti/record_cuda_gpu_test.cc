@@ -24,7 +24,7 @@ void record(const std::string& out, int m, const std::string& step_range = "") {
     args.push_back("--step-range");
     args.push_back(step_range);
   }
-  args.insert(args.end(), {"--", LLMRR_GEMM_PROBE, std::to_string(m)});
+  args.insert(args.end(), {"--", LLMRR_PATH(LLMRR_GEMM_PROBE), std::to_string(m)});
   auto r = run_llmrr(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("M=" + std::to_string(m)), std::string::npos) << r.out;

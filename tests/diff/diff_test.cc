@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "../common/test_paths.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/diff.h"
 #include "llmrr/replayer/replay.h"
@@ -228,7 +229,7 @@ TEST(Diff, PlantedPlanIsNamedExactly) {
 // Qwen3's per-head q norm with another chunking at one decode step (everything else forced
 // to the first run): diff names that step, L1.attn.q_norm, and the two RMSNorm plans.
 TEST(Diff, PlantedQkNormPlanIsNamed) {
-  auto loaded = load_model(std::string(LLMRR_FIXTURES_DIR) + "/tiny-qwen3");
+  auto loaded = load_model(LLMRR_PATH(LLMRR_FIXTURES_DIR) + "/tiny-qwen3");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   const LoadedModel& m = *loaded;
   RunSpec spec;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../common/test_paths.h"
 #include "trace_test_util.h"
 
 namespace llmrr {
@@ -61,7 +62,7 @@ TEST(HostileCli, NoOutputOverwritesAnInput) {
   ASSERT_EQ(run_command("cp " + good_trace() + " " + t, nullptr), 0);
   const std::string before = rtest::read_file(t);
   const std::string gguf = temp_path("hostile-model.gguf");
-  ASSERT_EQ(run_command("cp " + std::string(LLMRR_FIXTURES_DIR) + "/tiny-llama-f32.gguf " + gguf, nullptr), 0);
+  ASSERT_EQ(run_command("cp " + LLMRR_PATH(LLMRR_FIXTURES_DIR) + "/tiny-llama-f32.gguf " + gguf, nullptr), 0);
   const std::string model_before = rtest::read_file(gguf);
   expect_refused("report " + t + " -o " + t, "never overwrites its input");
   expect_refused("pack " + t + " -o " + t, "never overwrites its input");
@@ -99,7 +100,7 @@ TEST(HostileCli, UnboundedAndDeepJsonInputs) {
                  "character device");
   const std::string dir = temp_path("hostile-deep-config");
   ASSERT_EQ(run_command("rm -rf " + dir + " && mkdir -p " + dir + " && cp " +
-                            std::string(LLMRR_FIXTURES_DIR) + "/tiny-llama/model.safetensors " + dir,
+                            LLMRR_PATH(LLMRR_FIXTURES_DIR) + "/tiny-llama/model.safetensors " + dir,
                         nullptr),
             0);
   rtest::write_file(dir + "/config.json", "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": " +
@@ -110,7 +111,7 @@ TEST(HostileCli, UnboundedAndDeepJsonInputs) {
 }
 
 TEST(HostileCli, GgufSizesOfZeroSayWhich) {
-  std::string g = rtest::read_file(std::string(LLMRR_FIXTURES_DIR) + "/tiny-llama-f32.gguf");
+  std::string g = rtest::read_file(LLMRR_PATH(LLMRR_FIXTURES_DIR) + "/tiny-llama-f32.gguf");
   const std::string key = "llama.embedding_length";
   const size_t at = g.find(key);
   ASSERT_NE(at, std::string::npos);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "../common/test_paths.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/pack.h"
 #include "llmrr/replayer/replay.h"
@@ -340,7 +341,7 @@ TEST(Pack, DamagedBundlesExitTwoWithOneLine) {
 
 TEST(Pack, WithModelBundlesAFileModel) {
   // The GGUF fixture is small: bundled, and replay takes the model from the bundle.
-  const std::string gguf = std::string(LLMRR_FIXTURES_DIR) + "/tiny-llama-f32.gguf";
+  const std::string gguf = LLMRR_PATH(LLMRR_FIXTURES_DIR) + "/tiny-llama-f32.gguf";
   auto model = load_model(gguf);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   rtest::RunSpec spec;

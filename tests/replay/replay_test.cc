@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <set>
 
+#include "../common/test_paths.h"
 #include "llmrr/format/fingerprint.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/kernels/isa.h"
@@ -647,7 +648,7 @@ TEST(Replay, EngineOverridesFromTheHeader) {
 TEST(Replay, ConformanceCheckpoints) {
   int ran = 0;
   for (const char* name : {"tiny-mixtral", "tiny-qwen2moe", "tiny-llama-bf16"}) {
-    std::string dir = std::string(LLMRR_FIXTURES_DIR) + "/" + name;
+    std::string dir = LLMRR_PATH(LLMRR_FIXTURES_DIR) + "/" + name;
     if (!std::filesystem::exists(dir + "/config.json")) continue;
     Result<LoadedModel> m = load_model(dir);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
@@ -670,7 +671,7 @@ TEST(Replay, ConformanceCheckpoints) {
     EXPECT_EQ(r.tokens, 10) << name;
     ++ran;
   }
-  if (ran == 0) GTEST_SKIP() << "no conformance checkpoints in " << LLMRR_FIXTURES_DIR;
+  if (ran == 0) GTEST_SKIP() << "no conformance checkpoints in " << LLMRR_PATH(LLMRR_FIXTURES_DIR);
 }
 
 TEST(Replay, SmolLM2WhenPresent) {

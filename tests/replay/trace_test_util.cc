@@ -16,6 +16,7 @@
 #include "llmrr/replayer/run_config.h"
 #include "llmrr/runtime/load.h"
 #include "llmrr/runtime/policy.h"
+#include "../common/test_paths.h"
 
 namespace llmrr::rtest {
 
@@ -153,7 +154,7 @@ int run_command(const std::string& command, std::string* out, bool with_stderr) 
 }
 
 std::string llmrr_binary() {
-  return LLMRR_BINARY;
+  return LLMRR_PATH(LLMRR_BINARY);
 }
 
 }  // namespace llmrr::rtest

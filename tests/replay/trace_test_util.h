@@ -92,7 +92,7 @@ void write_file(const std::string& path, const std::string& bytes);
 // Runs a shell command, returning its exit status and stdout (stderr appended when asked).
 int run_command(const std::string& command, std::string* out, bool with_stderr = false);
 
-// The llmrr binary (LLMRR_BINARY, set by CMake).
+// The llmrr binary: $LLMRR_BINARY, else LLMRR_BINARY as CMake set it.
 std::string llmrr_binary();
 
 }  // namespace llmrr::rtest
