@@ -62,6 +62,18 @@ struct DevW {
                                    : static_cast<const void*>(f.data());
   }
 };
+// Capacity with the overflow rule's device body (drop: a prefix count per expert; reroute:
+// one block walking the rows in order), on the grid runner.
+inline void run_capacity(const detail::CapacityParams& cp, Overflow overflow, ThreadOrder order) {
+  if (overflow == Overflow::kDrop) {
+    run_grid(detail::capacity_drop_launch(cp), order,
+             [&](HostBlock& b) { detail::capacity_drop_block(b, cp); });
+  } else {
+    run_grid(detail::capacity_reroute_launch(cp), order,
+             [&](HostBlock& b) { detail::capacity_reroute_block(b, cp); });
+  }
+}
+
 inline DevW dev_weight(const std::vector<float>& v, int64_t n, int64_t k) {
   return DevW{detail::gemm_pack_f32(v.data(), n, k), detail::gemm_pack_bf16(v.data(), n, k)};
 }
@@ -159,13 +171,7 @@ inline DeviceOut device_layer(const LayerShape& s, const Weights& w, WeightType 
     detail::CapacityParams cp{
         select,           chosen.data(),   R, E, K, expert_capacity(R, K, E, cap.factor),
         d.experts.data(), d.outcome.data()};
-    if (cap.overflow == Overflow::kDrop) {
-      run_grid(detail::capacity_drop_launch(cp), order,
-               [&](HostBlock& b) { detail::capacity_drop_block(b, cp); });
-    } else {
-      run_grid(detail::capacity_reroute_launch(cp), order,
-               [&](HostBlock& b) { detail::capacity_reroute_block(b, cp); });
-    }
+    run_capacity(cp, cap.overflow, order);
   }
   d.gates.assign(R * K, 7.0f);
   detail::GatesParams gp{

@@ -13,6 +13,7 @@
 #include "cuda/moe_route_phases.h"
 #include "cuda/select_phases.h"
 #include "grid_runner.h"
+#include "moe_layer_device.h"
 #include "llmrr/kernels/ops.h"
 #include "llmrr/runtime/moe_router.h"
 #include "test_util.h"
@@ -83,13 +84,7 @@ DeviceRouting device_route(const std::vector<float>& logits, const std::vector<f
         select,           d.chosen.data(), R, E, K, expert_capacity(R, K, E, cap.factor),
         d.experts.data(), d.outcome.data()};
     EXPECT_EQ(detail::capacity_check(cp), "");
-    if (cap.overflow == Overflow::kDrop) {
-      run_grid(detail::capacity_drop_launch(cp), order,
-               [&](HostBlock& b) { detail::capacity_drop_block(b, cp); });
-    } else {
-      run_grid(detail::capacity_reroute_launch(cp), order,
-               [&](HostBlock& b) { detail::capacity_reroute_block(b, cp); });
-    }
+    run_capacity(cp, cap.overflow, order);
   }
   d.gates.assign(R * K, 7.0f);
   detail::GatesParams gp{
