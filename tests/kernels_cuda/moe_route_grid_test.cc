@@ -13,9 +13,9 @@
 #include "cuda/moe_route_phases.h"
 #include "cuda/select_phases.h"
 #include "grid_runner.h"
-#include "moe_layer_device.h"
 #include "llmrr/kernels/ops.h"
 #include "llmrr/runtime/moe_router.h"
+#include "moe_layer_device.h"
 #include "test_util.h"
 
 namespace llmrr::kernels::cuda::testing {
