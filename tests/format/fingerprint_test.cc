@@ -106,6 +106,61 @@ TEST(Mixsum64, EveryLengthAndOffsetMatchesTheDefinition) {
   }
 }
 
+// The l2 and max |x| of the header's definition, one element at a time: lane j sums the
+// squares of the elements i = j mod 8 in increasing i, in double.
+void reference_stats(const float* row, int64_t n, float* l2, float* max_abs) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float mx = 0.0f;
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = row[i];
+    lane[i % 8] = lane[i % 8] + d * d;
+    mx = std::fabs(row[i]) > mx ? std::fabs(row[i]) : mx;
+    nan |= std::isnan(row[i]);
+  }
+  const double sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                     ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  *l2 = nan ? std::nanf("") : static_cast<float>(std::sqrt(sum));
+  *max_abs = nan ? std::nanf("") : mx;
+}
+
+// fingerprint_row_mixsum64 makes the hash and the stats in one pass: each equals its
+// definition, and fingerprint_row's stats, bit for bit, at every length, offset and tail,
+// with and without a NaN or an infinity in the row.
+TEST(Mixsum64, OnePassFingerprintMatchesTheDefinitions) {
+  std::vector<float> buf = random_row(4096 + 64, 5);
+  std::vector<float> odd = buf;
+  odd[21] = std::numeric_limits<float>::infinity();
+  odd[40] = -0.0f;
+  std::vector<float> nan = buf;
+  nan[33] = std::numeric_limits<float>::quiet_NaN();
+  auto same_bits = [](float a, float b) { return bits(a) == bits(b) || (a != a && b != b); };
+  for (const std::vector<float>* v : {&buf, &odd, &nan}) {
+    for (int64_t off = 0; off < 8; ++off) {
+      for (int64_t n = 0; n <= 70; ++n) {
+        const float* row = v->data() + off;
+        const Fingerprint f = fingerprint_row_mixsum64(row, n);
+        const Fingerprint g = fingerprint_row(row, n);
+        float l2 = 0, mx = 0;
+        reference_stats(row, n, &l2, &mx);
+        EXPECT_EQ(f.hash, reference_mixsum64(row, n)) << "offset " << off << " n " << n;
+        EXPECT_TRUE(same_bits(f.l2, l2) && same_bits(f.l2, g.l2))
+            << "offset " << off << " n " << n << ": " << f.l2 << " " << l2 << " " << g.l2;
+        EXPECT_TRUE(same_bits(f.max_abs, mx) && same_bits(f.max_abs, g.max_abs))
+            << "offset " << off << " n " << n;
+      }
+    }
+  }
+  for (int64_t n : {576, 1536, 4095, 4096}) {
+    const Fingerprint f = fingerprint_row_mixsum64(buf.data() + 3, n);
+    float l2 = 0, mx = 0;
+    reference_stats(buf.data() + 3, n, &l2, &mx);
+    EXPECT_EQ(f.hash, reference_mixsum64(buf.data() + 3, n)) << "n " << n;
+    EXPECT_EQ(bits(f.l2), bits(l2)) << "n " << n;
+    EXPECT_EQ(bits(f.max_abs), bits(mx)) << "n " << n;
+  }
+}
+
 TEST(Mixsum64, EveryBitOfEveryElementAndEveryPositionCounts) {
   std::vector<float> row = random_row(64, 2);
   const uint64_t base = mixsum64(row.data(), 64);
