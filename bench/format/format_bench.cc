@@ -3,7 +3,8 @@
 //   CPU-second of the whole process: serialization on the caller's thread plus compression
 //   on the writer's thread), reader and verify throughput, and the compression ratio of
 //   fp32 / bf16 logit blobs with and without byte-plane shuffle and XOR against a reference
-//   that differs in 2 % of its values.
+//   that differs in 2 % of its values; and the row fingerprints the recorder makes (xxh3-64
+//   and mixsum64 with l2 / max), in floats per second.
 //
 // Data: a 16-layer MoE-like run, 32 requests decoding in one batch, fingerprints at 12 sites
 // per layer for every row, plans at every site (unchanged from step to step, as in steady
@@ -22,6 +23,7 @@
 
 #include <zstd.h>
 
+#include "llmrr/format/fingerprint.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/format/trace_writer.h"
 #include "sample_records.h"
@@ -296,6 +298,43 @@ void BM_Verify(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(raw));
 }
 BENCHMARK(BM_Verify)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Row fingerprints as the recorder makes them, one call per row over rows x cols floats (a
+// decode step's 8 rows, a prefill step's 280; 576 and 1536 are SmolLM2's hidden and MLP
+// widths). Arg 0: which fingerprint (0 fingerprint_row: xxh3-64 + l2/max, the engine's;
+// 1 mixsum64 alone; 2 fingerprint_row_mixsum64: mixsum64 + l2/max in one pass, what
+// llmrr.vllm / llmrr.torch rows get). Counters: floats per second.
+void BM_FingerprintRows(benchmark::State& state) {
+  const int kind = static_cast<int>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2);
+  std::vector<float> data(static_cast<size_t>(rows * cols));
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (float& v : data) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<float>(static_cast<int32_t>(x >> 32)) * 1e-9f;
+  }
+  uint64_t sink = 0;
+  for (auto _ : state) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = data.data() + r * cols;
+      if (kind == 0) {
+        sink += fingerprint_row(row, cols).hash;
+      } else if (kind == 1) {
+        sink += mixsum64(row, cols);
+      } else {
+        sink += fingerprint_row_mixsum64(row, cols).hash;
+      }
+    }
+    benchmark::DoNotOptimize(sink);
+  }
+  state.counters["floats/s"] = benchmark::Counter(
+      static_cast<double>(rows * cols) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FingerprintRows)
+    ->ArgNames({"kind", "rows", "cols"})
+    ->ArgsProduct({{0, 1, 2}, {8, 280}, {576, 1536}})
+    ->Unit(benchmark::kMicrosecond);
 
 // Compression ratio of one 8 x 32000 logit blob. Args: dtype (0 f32, 1 bf16), shuffle,
 // XOR against a reference differing in 2 % of the values, zstd level.
