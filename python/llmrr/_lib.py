@@ -226,6 +226,20 @@ def _declare(L):
         fn.argtypes = args
 
 
+_torch_dtypes = None
+
+
+def torch_dtypes():
+    """torch dtype -> the recorder's dtype code, for the dtypes it takes as they are (torch is
+    imported on the first call, not with this module)."""
+    global _torch_dtypes
+    if _torch_dtypes is None:
+        import torch
+        _torch_dtypes = {torch.float32: DTYPE_F32, torch.bfloat16: DTYPE_BF16,
+                         torch.float16: DTYPE_F16}
+    return _torch_dtypes
+
+
 def error_name(code):
     return lib().llmrr_error_name(code).decode()
 

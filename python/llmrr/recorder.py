@@ -60,6 +60,8 @@ class Recorder:
         self._check(L.llmrr_recorder_open(self.path.encode(), ctypes.byref(cfg),
                                           ctypes.byref(self._h)), "open " + self.path)
         self._wants = {}
+        self._site_bytes = {}  # host_rows: site name -> its bytes, encoded once
+        self._record_rows = L.llmrr_recorder_record_rows
 
     def _check(self, rc, what):
         if rc != _lib.OK:
@@ -98,6 +100,32 @@ class Recorder:
             br = (ctypes.c_int32 * len(batch_rows))(*[int(b) for b in batch_rows])
         self._check(self._L.llmrr_recorder_record_rows(self._h, site.encode(), address, dtype, rows,
                                                        cols, ld, br), "rows " + site)
+
+    def host_rows(self, site, x, rows):
+        """The hot path of a host runtime's row hooks, a few microseconds a call: the first
+        `rows` rows of the CPU tensor x, viewed as [-1, x.shape[-1]], at `site`. The library
+        fingerprints them where they are when each row is contiguous; otherwise (or for a
+        dtype it does not take) a compact copy of those rows is made first. Returns False,
+        recording nothing, when x has fewer than `rows` rows."""
+        if x.dim() != 2:
+            x = x.reshape(-1, x.shape[-1])
+        n, cols = x.shape
+        if n < rows:
+            return False
+        codes = _lib.torch_dtypes()
+        code = codes.get(x.dtype)
+        ld, unit = x.stride()
+        if code is None or unit != 1 or (rows > 1 and ld < cols):
+            x = x[:rows].detach()
+            x = (x.float() if code is None else x).contiguous()
+            code, ld = codes[x.dtype], cols
+        b = self._site_bytes.get(site)
+        if b is None:
+            b = self._site_bytes[site] = site.encode()
+        rc = self._record_rows(self._h, b, x.data_ptr(), code, rows, cols, ld, None)
+        if rc != _lib.OK:
+            self._check(rc, "rows " + site)
+        return True
 
     def fingerprints(self, site, hashes, l2, max_abs, cols, batch_rows=None):
         """Rows whose fingerprints were made where they live (a recorder opened with

@@ -69,8 +69,7 @@ from .recorder import Recorder
 PADDING_REQUEST = 0xFFFFFFFF  # request id of the "padding" rows
 STEP_RANGE = "llmrr.step"
 
-_DTYPES = {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16,
-           torch.float16: _lib.DTYPE_F16}
+_DTYPES = _lib.torch_dtypes()
 
 
 def _tensor(x):
@@ -391,37 +390,22 @@ class _HookRecorder:
         self.rec.end_step()
         self.in_step = False
 
-    def _host_rows(self, x, rows):
-        """(address, dtype, rows, cols, ld, keepalive) of a tensor viewed as rows x cols."""
-        x = x.detach()
-        if x.dtype not in _DTYPES:
-            x = x.float()
-        cols = x.shape[-1]
-        x = x.reshape(-1, cols)
-        if x.shape[0] != rows:
-            return None
-        if x.stride(-1) != 1 or (x.shape[0] > 1 and x.stride(0) < cols):
-            x = x.contiguous()
-        if x.device.type != "cpu":
-            x = x.to("cpu")  # the recorded rows only; the library hashes host memory
-        return x.data_ptr(), _DTYPES[x.dtype], x.shape[0], cols, x.stride(0), x
-
     def _record_rows(self, site, out):
         if not self.in_step:
             return
         x = _tensor(out)
         if x is None:
             return
-        if self.device_hash and x.device.type != "cpu":
+        if self.device_hash and not x.is_cpu:
             x = x.detach().reshape(-1, x.shape[-1])
             if x.shape[0] == self.rows:
                 self.pending.add(site, x)
             return
-        h = self._host_rows(x, self.rows)
-        if h is None:
+        if x.numel() != self.rows * x.shape[-1]:
             return
-        addr, dtype, rows, cols, ld, _keep = h
-        self.rec.rows(site, addr, dtype, rows, cols, ld)
+        # Host rows (every site of every layer: the hot path), or a shared record-cuda
+        # trace's (xxh3-64, hashed on the host): one C call, the rows hashed where they are.
+        self.rec.host_rows(site, x if x.is_cpu else x.detach().to("cpu"), self.rows)
 
     def _router(self, layer):
         def hook(mod, args, out):

@@ -117,15 +117,6 @@ def _patch(cls):
         cls.sample_tokens = sample_tokens
 
 
-def _dtype_codes():
-    """torch dtype -> the recorder's dtype code, for the dtypes it takes as they are."""
-    import torch
-
-    from . import _lib
-    return {torch.float32: _lib.DTYPE_F32, torch.bfloat16: _lib.DTYPE_BF16,
-            torch.float16: _lib.DTYPE_F16}
-
-
 def _versions():
     import torch
     try:
@@ -339,39 +330,47 @@ class _StepRecorder:
             return
 
         def hook(mod, args, out):
-            self.safe(self._rows, site, self._first(out))
+            self._rows(site, self._first(out))
         self.handles.append(module.register_forward_hook(hook))
 
     def _layer_out(self, i):
+        import torch
         site = "L%d.out" % i
 
         def hook(mod, args, out):
             # vLLM layers return (hidden, residual); the layer's output is their sum.
+            if not self.in_step:
+                return
             if isinstance(out, (tuple, list)) and len(out) == 2 and out[1] is not None:
-                self.safe(self._rows, site, out[0] + out[1])
+                x = self.safe(torch.add, out[0], out[1])
             else:
-                self.safe(self._rows, site, self._first(out))
+                x = self._first(out)
+            self._rows(site, x)
         return hook
 
     def _qkv(self, i, attn):
         q, kv = getattr(attn, "q_size", None), getattr(attn, "kv_size", None)
+        sites = ["L%d.attn.%s" % (i, s) for s in ("q", "k", "v")]
 
         def hook(mod, args, out):
             x = self._first(out)
-            if x is None or q is None or kv is None or x.shape[-1] != q + 2 * kv:
+            if (not self.in_step or x is None or q is None or kv is None
+                    or x.shape[-1] != q + 2 * kv):
                 return
-            for site, part in zip(("q", "k", "v"), x.split([q, kv, kv], dim=-1)):
-                self.safe(self._rows, "L%d.attn.%s" % (i, site), part)
+            for site, part in zip(sites, x.split([q, kv, kv], dim=-1)):
+                self._rows(site, part)
         return hook
 
     def _gate_up(self, i):
+        gate, up = "L%d.mlp.gate" % i, "L%d.mlp.up" % i
+
         def hook(mod, args, out):
             x = self._first(out)
-            if x is None or x.shape[-1] % 2:
+            if not self.in_step or x is None or x.shape[-1] % 2:
                 return
             g, u = x.chunk(2, dim=-1)
-            self.safe(self._rows, "L%d.mlp.gate" % i, g)
-            self.safe(self._rows, "L%d.mlp.up" % i, u)
+            self._rows(gate, g)
+            self._rows(up, u)
         return hook
 
     def _router(self, i, mlp):
@@ -381,7 +380,7 @@ class _StepRecorder:
             logits = self._first(out)
             if logits is None or not self.in_step:
                 return
-            self.safe(self._rows, "L%d.moe.router" % i, logits)
+            self._rows("L%d.moe.router" % i, logits)
             k = int(getattr(mlp, "top_k", 0) or getattr(getattr(mlp, "experts", None), "top_k", 0)
                     or 0)
             if k <= 0:
@@ -402,26 +401,27 @@ class _StepRecorder:
         return hook
 
     def _rows(self, site, x):
-        if not self.in_step or x is None:
+        # Every row hook of every layer comes here (hundreds a step at capture "all"): kept
+        # to a few attribute reads and one C call for host rows.
+        if not self.in_step or x is None or self.failed:
             return
-        x = x.reshape(-1, x.shape[-1])
-        if x.shape[0] < self.rows:
-            return
-        x = x[:self.rows]  # padded rows (CUDA graphs) left out
-        if x.device.type != "cpu" and self.shared is None:
-            self.pending.add(site, x)  # hashed on the device, hashes copied at the step's end
-            return
-        # Host rows: the library copies and hashes them (the same mixsum64) on its own
-        # thread, cheaper than a dozen torch ops per site.
-        dt = _dtype_codes()
-        x = x.detach()
-        if x.dtype not in dt:
-            x = x.float()
-        if x.device.type != "cpu":
-            x = x.to("cpu")  # a shared xxh3-64 trace: the recorded rows, hashed on the host
-        if x.stride(-1) != 1 or (x.shape[0] > 1 and x.stride(0) < x.shape[1]):
-            x = x.contiguous()
-        self.rec.rows(site, x.data_ptr(), dt[x.dtype], x.shape[0], x.shape[1], x.stride(0))
+        try:
+            if x.is_cpu:
+                # Host rows: the library fingerprints them (the same mixsum64) where they
+                # are, cheaper than a dozen torch ops per site.
+                self.rec.host_rows(site, x, self.rows)
+                return
+            x = x.reshape(-1, x.shape[-1])
+            if x.shape[0] < self.rows:
+                return
+            x = x[:self.rows]  # padded rows (CUDA graphs) left out
+            if self.shared is None:
+                self.pending.add(site, x)  # hashed on the device, copied at the step's end
+            else:
+                # A shared xxh3-64 trace: the recorded rows, hashed on the host.
+                self.rec.host_rows(site, x.detach().to("cpu"), self.rows)
+        except Exception as e:  # never break vLLM
+            self._stop(e)
 
     def _wrap_logits(self, model):
         orig = getattr(model, "compute_logits", None)
@@ -441,7 +441,8 @@ class _StepRecorder:
         # One logits row per scheduled request, in batch order (vLLM's logits_indices).
         if logits.shape[0] < len(self.order):
             return
-        dt = _dtype_codes()
+        from . import _lib
+        dt = _lib.torch_dtypes()
         x = logits.detach()
         if x.dtype not in dt:
             x = x.float()
@@ -460,9 +461,12 @@ class _StepRecorder:
         try:
             return fn(*args)
         except Exception as e:  # never break vLLM
-            self.failed = True
-            _warn("recording stopped at step %d: %s: %s" % (self.step, type(e).__name__, e))
+            self._stop(e)
             return None
+
+    def _stop(self, e):
+        self.failed = True
+        _warn("recording stopped at step %d: %s: %s" % (self.step, type(e).__name__, e))
 
     def _llmrr_id(self, rid):
         m = re.match(r"^(\d+)(?:-[0-9a-f]+)?$", rid)

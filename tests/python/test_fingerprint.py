@@ -92,6 +92,40 @@ class Mixsum64(unittest.TestCase):
         np.testing.assert_array_equal(got[0][2], got[1][2])  # max |x| is exact
         np.testing.assert_allclose(got[0][1], got[1][1], rtol=1e-6)  # l2: a summary
 
+    def test_host_rows_takes_every_layout_as_its_values(self):
+        # Recorder.host_rows, the hot path of the CPU hooks, against each view's values made
+        # contiguous and fp32 first: column slices of a fused output (strided rows, taken where
+        # they are), a 3-d batch, more rows than the step's (the first ones), bf16 (widened by
+        # the library), float64 and a transposed view (copied), both recorder modes.
+        g = torch.Generator().manual_seed(5)
+        qkv = torch.randn(6, 96 + 2 * 32, generator=g)
+        cases = {
+            "L0.attn.q": qkv[:, :96], "L0.attn.k": qkv[:, 96:128], "L0.attn.v": qkv[:, 128:],
+            "L0.out": torch.randn(2, 3, 96, generator=g),
+            "L0.mlp.up": torch.randn(9, 40, generator=g),                 # 9 rows, 6 taken
+            "L0.mlp.gate": torch.randn(6, 40, generator=g).bfloat16(),
+            "L0.mlp.down": torch.randn(6, 96, generator=g).double(),
+            "L0.attn.o": torch.randn(96, 6, generator=g).t(),
+        }
+        for inline in (1, 0):
+            path = "host-rows-%d.trace" % inline
+            with llmrr.Recorder(path, model_name="m", layers=1, hidden=96, vocab=16,
+                                capture="all", fingerprint="mixsum64",
+                                inline_steps=inline) as rec:
+                rec.add_request(0, [1, 2, 3, 4, 5, 6], max_tokens=1)
+                rec.begin_step(0, [dict(request=0, start=0, count=6, kind=0, sample=0)])
+                for site, x in cases.items():
+                    self.assertTrue(rec.host_rows(site, x, 6), site)
+                self.assertFalse(rec.host_rows("L0.attn.core", torch.randn(5, 96), 6))
+                rec.end_step()
+            t = llmrr.open(path)
+            fp = t.fingerprints
+            for site, x in cases.items():
+                want = reference(x.reshape(-1, x.shape[-1])[:6].float())
+                got = np.asarray(fp.where(site=site)["hash"])
+                np.testing.assert_array_equal(got, want, "%s inline=%d" % (site, inline))
+            self.assertEqual(len(fp.where(site="L0.attn.core")), 0)
+            t.close()
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
