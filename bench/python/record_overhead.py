@@ -14,6 +14,10 @@ is capture M with the rows copied to and completed on the library's own thread
 default for host rows), to measure one against the other. vLLM runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING
 =0) with enforce_eager=True (row hooks need eager mode); "off" is the same run without the
 plugin switched on. transformers runs generate() with llmrr.torch.record.
+
+--breakdown (vLLM) says where capture "all"'s time goes: per round an "off" process, then one
+recording process that alternates generates with Recorder.host_rows timed and generates whose
+host_rows returns at once (every hook and its Python, no fingerprint).
 """
 import argparse
 import json
@@ -56,6 +60,8 @@ def child_vllm(a):
     if a.mode != "off":
         import llmrr.vllm
     llm.generate(ps, sp, use_tqdm=False)  # warm-up (and the recorder's start)
+    if a.breakdown:
+        return breakdown_vllm(a, llm, ps, sp)
     times = []
     for r in range(a.reps):
         if a.mode != "off":
@@ -64,6 +70,51 @@ def child_vllm(a):
         llm.generate(ps, sp, use_tqdm=False)
         times.append(time.perf_counter() - t)
     return a.batch * a.tokens / statistics.median(times)
+
+
+def breakdown_vllm(a, llm, ps, sp):
+    """--breakdown: in one recording process, generates with Recorder.host_rows (the rows'
+    fingerprints) timed, interleaved with generates whose host_rows returns at once (every hook
+    and its Python, no fingerprint); Recorder.end_step (the step stored) is timed in both.
+    Returns the median seconds of each, and host_rows' calls and floats per generate (the
+    timing adds ~0.3 us a call)."""
+    import llmrr.vllm
+    from llmrr.recorder import Recorder
+    real_rows, real_end = Recorder.host_rows, Recorder.end_step
+    acc = {}
+
+    def timed_rows(self, site, x, rows):
+        t = time.perf_counter()
+        ok = real_rows(self, site, x, rows)
+        acc["rows_s"] += time.perf_counter() - t
+        acc["calls"] += 1
+        acc["floats"] += rows * x.shape[-1] if ok else 0
+        return ok
+
+    def timed_end(self):
+        t = time.perf_counter()
+        real_end(self)
+        acc["end_s"] += time.perf_counter() - t
+    Recorder.end_step = timed_end
+    out = {}
+    try:
+        for r in range(a.reps):
+            for variant in ("hooks", "all"):
+                Recorder.host_rows = (timed_rows if variant == "all"
+                                      else (lambda self, s, x, n: True))
+                acc.update(rows_s=0.0, end_s=0.0, calls=0, floats=0)
+                llmrr.vllm.rotate(os.path.join(a.tmp, "b-%s-%d.trace" % (variant, r)))
+                t = time.perf_counter()
+                llm.generate(ps, sp, use_tqdm=False)
+                for k, v in ((variant, time.perf_counter() - t),
+                             (variant + "_end_s", acc["end_s"])):
+                    out.setdefault(k, []).append(v)
+                if variant == "all":
+                    out.setdefault("rows_s", []).append(acc["rows_s"])
+                    out["calls"], out["floats"] = acc["calls"], acc["floats"]
+    finally:
+        Recorder.host_rows, Recorder.end_step = real_rows, real_end
+    return {k: statistics.median(v) if isinstance(v, list) else v for k, v in out.items()}
 
 
 def child_transformers(a):
@@ -106,6 +157,9 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--modes", default=",".join(MODES),
                    help="comma-separated: off, none, layers, all, and M:thread variants")
+    p.add_argument("--breakdown", action="store_true",
+                   help="vLLM only: where capture all's time goes (off; every hook without the "
+                        "fingerprints; all, with host_rows timed), in one recording process")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
@@ -113,8 +167,10 @@ def main():
     a = p.parse_args()
     if a.child:
         tps = (child_vllm if a.child == "vllm" else child_transformers)(a)
-        print(json.dumps({"tokens_per_s": tps}))
+        print(json.dumps(tps if a.breakdown else {"tokens_per_s": tps}))
         return
+    if a.breakdown and a.runtime != "vllm":
+        sys.exit("--breakdown: with --runtime vllm only")
     cache = os.path.expanduser(os.environ.get("LLMRR_CACHE", "~/.cache/llmrr"))
     model = os.path.join(cache, "bench-models", "llama-h%d-l%d" % (a.hidden, a.layers))
     if not os.path.exists(os.path.join(model, "config.json")):
@@ -139,28 +195,52 @@ def main():
     print("# %s (%s), %d cores; model %s; batch %d x %d tokens; %d rounds x %d reps" % (
         cpu, isa, os.cpu_count(), os.path.basename(model), a.batch, a.tokens, a.rounds, a.reps))
     with tempfile.TemporaryDirectory(prefix="llmrr-bench-") as tmp:
+        def child(rt, name, breakdown=False):
+            mode = name.split(":")[0]
+            env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+            env.pop("LLMRR_VLLM_TRACE", None)
+            env.pop("LLMRR_INLINE_STEPS", None)
+            if name.endswith(":thread"):
+                env["LLMRR_INLINE_STEPS"] = "0"
+            if rt == "vllm" and mode != "off":
+                env["LLMRR_VLLM_TRACE"] = os.path.join(tmp, "warm-%s.trace" % mode)
+                env["LLMRR_VLLM_CAPTURE"] = mode
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", rt, "--mode", mode, "--model",
+                 model, "--tmp", tmp, "--batch", str(a.batch), "--tokens",
+                 str(a.tokens), "--reps", str(a.reps)] + (["--breakdown"] if breakdown else []),
+                env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit("%s %s failed:\n%s" % (rt, name, out.stderr[-3000:]))
+            return json.loads([x for x in out.stdout.splitlines() if x.startswith("{")][-1])
+
+        if a.breakdown:
+            rounds = []
+            for _ in range(a.rounds):
+                off = a.batch * a.tokens / child("vllm", "off")["tokens_per_s"]
+                rounds.append(dict(child("vllm", "all", breakdown=True), off=off))
+            med = {k: statistics.median(r[k] for r in rounds)
+                   for k in ("off", "hooks", "hooks_end_s", "all", "all_end_s", "rows_s")}
+            print("| vllm, capture all | s per generate (median) | over off |")
+            print("|---|---:|---:|")
+            for label, k in (("off", "off"),
+                             ("every hook, host_rows returning at once", "hooks"),
+                             ("  in end_step", "hooks_end_s"),
+                             ("all", "all"),
+                             ("  in host_rows", "rows_s"),
+                             ("  in end_step", "all_end_s")):
+                print("| %s | %.3f | %.3f |" % (label, med[k], med[k] / med["off"]))
+            print("  host_rows per generate: %d calls, %.1f M floats (%.2f G floats/s)" % (
+                rounds[-1]["calls"], rounds[-1]["floats"] / 1e6,
+                rounds[-1]["floats"] / med["rows_s"] / 1e9))
+            print("  per round:", [{k: round(v, 3) if isinstance(v, float) else v
+                                    for k, v in r.items()} for r in rounds])
+            return
         for rt in runtimes:
             results = {m: [] for m in modes}
             for _ in range(a.rounds):
                 for name in modes:
-                    mode = name.split(":")[0]
-                    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
-                    env.pop("LLMRR_VLLM_TRACE", None)
-                    env.pop("LLMRR_INLINE_STEPS", None)
-                    if name.endswith(":thread"):
-                        env["LLMRR_INLINE_STEPS"] = "0"
-                    if rt == "vllm" and mode != "off":
-                        env["LLMRR_VLLM_TRACE"] = os.path.join(tmp, "warm-%s.trace" % mode)
-                        env["LLMRR_VLLM_CAPTURE"] = mode
-                    out = subprocess.run(
-                        [sys.executable, __file__, "--child", rt, "--mode", mode, "--model",
-                         model, "--tmp", tmp, "--batch", str(a.batch), "--tokens",
-                         str(a.tokens), "--reps", str(a.reps)],
-                        env=env, capture_output=True, text=True)
-                    if out.returncode != 0:
-                        sys.exit("%s %s failed:\n%s" % (rt, mode, out.stderr[-3000:]))
-                    line = [x for x in out.stdout.splitlines() if x.startswith("{")][-1]
-                    results[name].append(json.loads(line)["tokens_per_s"])
+                    results[name].append(child(rt, name)["tokens_per_s"])
             off = statistics.median(results["off"])
             print("| %s capture | tokens/s (median) | recorded / off |" % rt)
             print("|---|---:|---:|")
@@ -168,7 +248,6 @@ def main():
                 med = statistics.median(results[name])
                 print("| %s | %.1f | %.3f |" % (name, med, med / off), flush=True)
             print("  per round:", {m: [round(x, 1) for x in v] for m, v in results.items()})
-
 
 if __name__ == "__main__":
     main()
