@@ -195,7 +195,7 @@ def main():
                     help="llmrr policies, comma-separated: production, invariant")
     a = ap.parse_args()
     if not os.path.isfile(a.model):
-        die(f"{a.model} not found (tools/fetch-smollm2)")
+        die(f"{a.model} not found (tools/setup/smollm2)")
     if not os.path.isfile(a.llmrr):
         die(f"{a.llmrr} not found (cmake --build build/default --target llmrr)")
     try:

@@ -7,7 +7,7 @@
 //               the invariant policy's --gemm-split): one row per N given.
 // Each configuration runs `--reps` times (interleaved); the table shows medians and the
 // ratios to `fast` at the same batch and recording. Exits 0 with a note when there is no GPU
-// or no SmolLM2 (tools/fetch-smollm2).
+// or no SmolLM2 (tools/setup/smollm2).
 //
 //   gpu_engine_bench [--reps 3] [--tokens 64] [--model path.gguf] [--gemm-split 64,128,256]
 #include <unistd.h>
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
                  "/SmolLM2-135M-Instruct.Q4_1.gguf";
   }
   if (access(model_path.c_str(), R_OK) != 0) {
-    std::printf("gpu_engine_bench: skipped: no SmolLM2 at %s (tools/fetch-smollm2)\n",
+    std::printf("gpu_engine_bench: skipped: no SmolLM2 at %s (tools/setup/smollm2)\n",
                 model_path.c_str());
     return 0;
   }

@@ -10,7 +10,7 @@
 //                  [--max-tokens 32] [--threads 2] [--capture none|layers|all]
 //                  [--logits topk|full] [--zstd-level 1] [--chunk-kib N] [--dir /tmp]
 //
-// "smollm2" names the cached SmolLM2-135M (tools/fetch-smollm2); it is skipped with a note
+// "smollm2" names the cached SmolLM2-135M (tools/setup/smollm2); it is skipped with a note
 // when absent. Throughput = tokens generated / wall time of engine->run() plus the
 // recorder's close() (the last chunk's compression and the footer are part of the cost).
 // Engine creation (weight packing) is outside the timing.
@@ -265,7 +265,7 @@ int bench_model(const std::string& spec, const Args& a) {
   if (spec == "smollm2") {
     path = find_smollm2();
     if (path.empty()) {
-      std::printf("\n## smollm2: not in %s (tools/fetch-smollm2); skipped\n",
+      std::printf("\n## smollm2: not in %s (tools/setup/smollm2); skipped\n",
                   model_cache_dir().c_str());
       return 0;
     }

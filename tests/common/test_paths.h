@@ -1,6 +1,6 @@
 // Paths a test needs at run time (the llmrr binary, the fixtures, a probe program): CMake
 // bakes the build tree's absolute path in as a compile definition, and an environment variable
-// of the same name overrides it, so test binaries copied to another machine (tools/gpu-check
+// of the same name overrides it, so test binaries copied to another machine (tools/gpu/check
 // --prebuilt) find the repository's fixtures and the copied binaries there. Header-only, so any
 // test target can include it whether or not it links llmrr_test_common.
 #pragma once

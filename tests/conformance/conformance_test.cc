@@ -287,7 +287,7 @@ TEST(Conformance, SmolLM2) {
   const std::string file = find_smollm2();
   if (file.empty()) {
     GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf is not in " << model_cache_dir()
-                 << " (run tools/fetch-smollm2)";
+                 << " (run tools/setup/smollm2)";
   }
   const json& entry = fixtures::manifest()["smollm2"];
   ASSERT_FALSE(entry.is_null());

@@ -4,11 +4,11 @@
 # (llama-cpp-python 0.3.36, 2 threads) tokenizes to 504,3575,282,4649,314 (no BOS: the file
 # says add_bos_token = false) and its greedy next token is 7042 " Paris" (logit 17.34, next
 # best 260 " the" at 14.80). Recorded numbers; llama.cpp is not run here.
-# Exit 77 (skipped) when the model has not been fetched (tools/fetch-smollm2).
+# Exit 77 (skipped) when the model has not been fetched (tools/setup/smollm2).
 llmrr="$1"
 model="${LLMRR_MODEL_DIR:-$HOME/.cache/llmrr/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [ ! -f "$model" ]; then
-  echo "skipped: $model is absent (run tools/fetch-smollm2)"
+  echo "skipped: $model is absent (run tools/setup/smollm2)"
   exit 77
 fi
 text=$("$llmrr" run --model "$model" --prompt "The capital of France is" --max-tokens 1 \

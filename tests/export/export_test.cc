@@ -132,7 +132,7 @@ TEST(Export, PerfettoJsonFollowsTheTraceEventFormat) {
 
 TEST(Export, NpyArraysLoadInNumpyWithTheTracesValues) {
   if (std::string(LLMRR_NUMPY_PYTHON).empty()) {
-    GTEST_SKIP() << "no python3 with numpy at configure time (tools/setup installs python3-numpy)";
+    GTEST_SKIP() << "no python3 with numpy at configure time (tools/setup/build installs python3-numpy)";
   }
   const std::string dir = temp_path("npy");
   std::string out;

@@ -1,4 +1,4 @@
-// SmolLM2-135M-Instruct (Q4_1 GGUF, fetched by tools/fetch-smollm2): every tensor equals the
+// SmolLM2-135M-Instruct (Q4_1 GGUF, fetched by tools/setup/smollm2): every tensor equals the
 // one transformers builds from the file, and the tokenizer gives transformers' ids. Skips
 // when the model has not been fetched.
 #include <gtest/gtest.h>
@@ -26,7 +26,7 @@ class SmolLM2 : public ::testing::Test {
   void SetUp() override {
     if (!model_)
       GTEST_SKIP() << "SmolLM2 not found in " << model_cache_dir()
-                   << " (run tools/fetch-smollm2, or set LLMRR_MODEL_DIR)";
+                   << " (run tools/setup/smollm2, or set LLMRR_MODEL_DIR)";
     ASSERT_TRUE(fixtures::manifest().contains("smollm2")) << "manifest lacks smollm2 fixtures";
   }
   static const nlohmann::json& ref() { return fixtures::manifest()["smollm2"]; }

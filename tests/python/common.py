@@ -10,7 +10,7 @@ def require(*modules):
         try:
             __import__(m)
         except ImportError as e:
-            print("skipped: %s is not installed in %s (%s); run tools/setup-python" %
+            print("skipped: %s is not installed in %s (%s); run tools/setup/python" %
                   (m, sys.executable, e))
             sys.exit(77)
 

@@ -3,7 +3,7 @@
 // the sites of one step concurrently, while other threads poll status / wants_rows and fail
 // calls of their own (last_error is per thread); short-lived handles opened, filled and closed
 // while others record; distinct reader handles on the same traces at once. Every trace is
-// read back and must hold exactly what was recorded. tools/tsan-ci runs this under TSan
+// read back and must hold exactly what was recorded. tools/ci/tsan runs this under TSan
 // (label tsan); it is part of the normal suite too.
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -376,11 +376,11 @@ INSTANTIATE_TEST_SUITE_P(
                            Overflow::kNone, 0}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
-// The real model when it is cached (tools/fetch-smollm2): BPE vocabulary of 49152, 30 layers.
+// The real model when it is cached (tools/setup/smollm2): BPE vocabulary of 49152, 30 layers.
 TEST(Recorder, SmolLM2RoundTrip) {
   const std::string path = find_smollm2();
   if (path.empty())
-    GTEST_SKIP() << "SmolLM2 is not in " << model_cache_dir() << " (tools/fetch-smollm2)";
+    GTEST_SKIP() << "SmolLM2 is not in " << model_cache_dir() << " (tools/setup/smollm2)";
   const LoadedModel& m = builtin(path);
   ASSERT_GT(m.config.vocab, 0);
   RunSpec spec;

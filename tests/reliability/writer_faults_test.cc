@@ -1,6 +1,6 @@
 // TraceWriter under faults a device injects into its own system calls (fault_inject.c,
 // preloaded into a child process running this binary with --child): what the API returns,
-// which files are left, and what the footer says. The campaign (tools/reliability) checks the
+// which files are left, and what the footer says. The campaign (tools/campaigns/reliability) checks the
 // same faults through `llmrr record`; these pin what the CLI cannot show: a file that was there
 // before is never removed, a producer's own lossy reason is kept over a later close error, the
 // rewritten footer agrees with the clean one in everything but the lossy flag, and the

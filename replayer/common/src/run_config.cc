@@ -239,7 +239,7 @@ Result<std::string> resolve_model_spec(const trace::RunHeader& h,
   if (m.name.find("SmolLM2") != std::string::npos || m.path.find("SmolLM2") != std::string::npos) {
     std::string cached = find_smollm2();
     if (!cached.empty()) return cached;
-    tried += ", the SmolLM2 cache in " + model_cache_dir() + " (run tools/fetch-smollm2)";
+    tried += ", the SmolLM2 cache in " + model_cache_dir() + " (run tools/setup/smollm2)";
   }
   return make_error(ErrorCode::kNotFound, "cannot find the model of this trace (" + m.name +
                                               "): tried " + tried + "; pass --model PATH");

@@ -174,11 +174,11 @@ Result<LoadedModel> load_model(const std::string& spec);
 Result<LoadedModel> load_model(const std::string& spec, const ModelLoadOptions& options);
 
 // Where fetched models live: $LLMRR_MODEL_DIR if set, else $HOME/.cache/llmrr/models
-// (tools/fetch-smollm2 uses the same rule).
+// (tools/setup/smollm2 uses the same rule).
 std::string model_cache_dir();
 
 // SmolLM2-135M-Instruct (Q4_1 GGUF) in the model cache, or "" when it has not been fetched
-// (tests skip then; run tools/fetch-smollm2).
+// (tests skip then; run tools/setup/smollm2).
 std::string find_smollm2();
 inline constexpr const char* kSmolLM2FileName = "SmolLM2-135M-Instruct.Q4_1.gguf";
 

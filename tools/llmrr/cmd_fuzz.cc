@@ -129,7 +129,7 @@ int run_merge(int argc, char** argv) {
 
 // `llmrr fuzz --runtime vllm ARGS`: the campaign runs in vLLM, by the python module
 // llmrr.vllm_fuzz (python/llmrr/vllm_fuzz.py) in the vLLM venv: $LLMRR_VLLM_PYTHON, else
-// build/venv-vllm/bin/python next to this binary's build folder (tools/setup-vllm makes it).
+// build/venv-vllm/bin/python next to this binary's build folder (tools/setup/vllm makes it).
 int exec_vllm_fuzz(const std::vector<std::string>& rest) {
   std::string py;
   if (const char* e = std::getenv("LLMRR_VLLM_PYTHON"); e != nullptr && *e != '\0') {
@@ -145,7 +145,7 @@ int exec_vllm_fuzz(const std::vector<std::string>& rest) {
   }
   if (py.empty() || ::access(py.c_str(), X_OK) != 0) {
     return usage_error("--runtime vllm needs the vLLM python: none at '" + py +
-                       "' (run tools/setup-vllm, or set $LLMRR_VLLM_PYTHON)");
+                       "' (run tools/setup/vllm, or set $LLMRR_VLLM_PYTHON)");
   }
   if (std::getenv("LLMRR_BIN") == nullptr) {
     char buf[4096];
