@@ -1,4 +1,4 @@
-// MoE experts on the device, as phases (block_exec.h), exactly runtime/src/engine_moe.cc's
+// MoE experts on the device, as phases (block_exec.h), exactly runtime/src/engine/moe.cc's
 // moe_mlp after routing (moe_route_phases.h):
 //
 //   group_by_expert_block  one block: thread e counts the slots routed to expert e, thread 0

@@ -1,7 +1,7 @@
 // The engine's forward pass on a device other than the CPU (EngineConfig::device). The
-// engine (Engine::Impl, engine_impl.h) keeps everything that is not arithmetic — scheduler,
+// engine (Engine::Impl, engine/impl.h) keeps everything that is not arithmetic — scheduler,
 // requests, KV block tables, sampler, observer calls around the step — and hands each step's
-// batch to a DeviceForward (in Engine::Impl::forward, engine_forward.cc), which runs it on
+// batch to a DeviceForward (in Engine::Impl::forward, engine/forward.cc), which runs it on
 // the device and calls the observers for what happens inside the step (on_plan, on_rows, in
 // the same order as the CPU forward) before it returns the logits of the sampled rows in
 // host memory.
@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine_weights.h"
+#include "engine/weights.h"
 #include "llmrr/format/status.h"
 #include "llmrr/runtime/engine.h"
 #include "step_batch.h"

@@ -1,5 +1,5 @@
-// The batch of one step as the forward pass sees it (engine_batch.cc builds it; the CPU
-// forward in engine_forward.cc and engine_moe.cc and the device forward, device_forward.h,
+// The batch of one step as the forward pass sees it (engine/batch.cc builds it; the CPU
+// forward in engine/forward.cc and engine/moe.cc and the device forward, device_forward.h,
 // run it).
 #pragma once
 
@@ -40,7 +40,7 @@ struct StepBatch {
 };
 
 // The questions the forward asks the policy, one builder per op: the CPU forward
-// (engine_forward.cc, engine_moe.cc) and the CUDA forward (cuda/cuda_forward.cc) must ask the
+// (engine/forward.cc, engine/moe.cc) and the CUDA forward (cuda/cuda_forward.cc) must ask the
 // same ones, or a trace recorded on one device would not force the same plans on the other.
 // Shapes are the whole step's.
 inline PlanQuery plan_query(const StepBatch& b, SiteId site, OpKind op) {

@@ -2,7 +2,7 @@
 // [group choice], top-k, capacity, gates (moe_route_phases.h), grouping by expert, the
 // experts' gate / up GEMMs grouped by expert with one plan each, swiglu, the down GEMMs,
 // combine, the shared expert (moe_experts_phases.h) — bit for bit against the CPU kernels the
-// engine's moe_mlp (runtime/src/engine_moe.cc) runs on the same inputs in the same order,
+// engine's moe_mlp (runtime/src/engine/moe.cc) runs on the same inputs in the same order,
 // for the MoE fixtures' shapes, invariant and split plans, fp32 and bf16 weights, threads
 // forward and reversed.
 #include <gtest/gtest.h>
@@ -92,7 +92,7 @@ Plans split_plans(const LayerShape& s, int64_t rows) {
   return p;
 }
 
-// The CPU: engine_moe.cc's moe_mlp with the engine's kernels, in its order.
+// The CPU: engine/moe.cc's moe_mlp with the engine's kernels, in its order.
 std::vector<float> cpu_layer(const LayerShape& s, const Weights& w, WeightType wt, const Plans& P,
                              const CapacityConfig& cap, const std::vector<float>& h, int64_t R,
                              Routing* routing) {

@@ -1,5 +1,5 @@
 // The engine's forward pass on a CUDA GPU (EngineConfig::device = kCuda), for dense
-// Llama-style models: the CPU forward of engine_forward.cc op for op, on device memory.
+// Llama-style models: the CPU forward of engine/forward.cc op for op, on device memory.
 //
 // - Weights are uploaded once (create); the KV cache lives on the device in blocks whose
 //   ids are the engine's host block tables (the host allocates ids, stores nothing).

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "check.h"
-#include "trace_reader_impl.h"
+#include "impl.h"
 
 namespace llmrr::trace {
 

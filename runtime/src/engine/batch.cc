@@ -3,7 +3,7 @@
 // checks a forced schedule's segments must pass against the state of their requests.
 #include <string>
 
-#include "engine_impl.h"
+#include "impl.h"
 
 namespace llmrr {
 

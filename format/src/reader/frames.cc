@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "trace_reader_impl.h"
+#include "impl.h"
 
 namespace llmrr::trace {
 namespace detail {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <new>
 
-#include "trace_reader_impl.h"
+#include "impl.h"
 
 namespace llmrr::trace {
 

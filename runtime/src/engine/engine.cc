@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine_impl.h"
+#include "impl.h"
 #include "llmrr/kernels/sample.h"
 
 namespace llmrr {

@@ -1,6 +1,6 @@
 // Opening a trace: the file header (magic, version), the trailer that points at the footer,
 // the footer and the frame index it holds (checked against the file), and the run header.
-// Without a trailer the frames are scanned instead (trace_reader_scan.cc).
+// Without a trailer the frames are scanned instead (reader/scan.cc).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "trace_reader_impl.h"
+#include "impl.h"
 
 namespace llmrr::trace {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "trace_reader_impl.h"
+#include "impl.h"
 
 namespace llmrr::trace {
 

@@ -1,10 +1,10 @@
 // The CPU forward pass: the ops at each site (a plan from the policy, the kernel, the rows
 // to the observers), attention and dense MLP layers, final norm and logits; score_prompt.
-// MLA attention (DeepSeek-V3) is in engine_mla.cc, MoE layers in engine_moe.cc; a device other than the CPU takes over in forward().
+// MLA attention (DeepSeek-V3) is in engine/mla.cc, MoE layers in engine/moe.cc; a device other than the CPU takes over in forward().
 #include <cmath>
 #include <cstring>
 
-#include "engine_impl.h"
+#include "impl.h"
 #include "llmrr/kernels/numerics.h"
 
 namespace llmrr {

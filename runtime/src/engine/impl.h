@@ -1,8 +1,8 @@
 // Internal to the engine sources: the engine's state (Engine::Impl) and its member functions,
 // by file. engine.cc: the step loop (scheduler or forced schedule, sampling, finishes),
-// requests and the observer plumbing; engine_batch.cc: a step's batch from its segments
-// (request-alone replay, forced-schedule checks); engine_forward.cc: the CPU forward pass
-// (dense layers) and score_prompt; engine_moe.cc: MoE layers (routing computed, forced or
+// requests and the observer plumbing; engine/batch.cc: a step's batch from its segments
+// (request-alone replay, forced-schedule checks); engine/forward.cc: the CPU forward pass
+// (dense layers) and score_prompt; engine/moe.cc: MoE layers (routing computed, forced or
 // checked against a trace; experts; combine).
 #pragma once
 
@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "device_forward.h"
-#include "engine_weights.h"
+#include "weights.h"
 #include "kv_cache.h"
 #include "step_batch.h"
 #include "llmrr/runtime/engine.h"
 
 namespace llmrr {
 
-// Rounds a [rows, cols] block with leading dimension ld to bf16 in place (engine_forward.cc).
+// Rounds a [rows, cols] block with leading dimension ld to bf16 in place (engine/forward.cc).
 void bf16_round(float* p, int64_t rows, int64_t cols, int64_t ld);
 // "step N", for messages (engine.cc).
 std::string step_str(int64_t step);
@@ -85,7 +85,7 @@ struct Engine::Impl {
             int64_t rows, int64_t cols, const int32_t* batch_rows);
   Result<Plan> get_plan(const StepBatch& b, PlanQuery q);
 
-  // ---- ops at sites (engine_forward.cc) ----------------------------------------------------
+  // ---- ops at sites (engine/forward.cc) ----------------------------------------------------
 
   Status gemm_site(const StepBatch& b, SiteId site, const float* xin, int64_t ldx, int64_t m,
                    int64_t plan_m, const kernels::PackedWeight& wt, float* y, int64_t ldy,
@@ -99,10 +99,10 @@ struct Engine::Impl {
   void plain_site(const StepBatch& b, SiteId site, const float* data, int64_t ld, int64_t rows,
                   int64_t cols, const int32_t* row_map);
 
-  // ---- forward (engine_forward.cc; route and moe_mlp in engine_moe.cc) ---------------------
+  // ---- forward (engine/forward.cc; route and moe_mlp in engine/moe.cc) ---------------------
 
   Status attention_layer(StepBatch& b, int32_t l);
-  // DeepSeek-V3 multi-head latent attention, absorbed form (engine_mla.cc).
+  // DeepSeek-V3 multi-head latent attention, absorbed form (engine/mla.cc).
   Status mla_attention_layer(StepBatch& b, int32_t l);
   // RMSNorm of `dim` columns of `rows` rows (leading dimension ld), in place, at `site`.
   Status lora_norm_site(const StepBatch& b, SiteId site, float* xio, int64_t ld, int64_t rows,
@@ -119,7 +119,7 @@ struct Engine::Impl {
   Status forward(StepBatch& b);
   Result<std::vector<float>> score_prompt(std::span<const int32_t> prompt);
 
-  // ---- steps (engine_batch.cc: build_batch, check_segment; engine.cc) ---------------------
+  // ---- steps (engine/batch.cc: build_batch, check_segment; engine.cc) ---------------------
 
   // Builds the computed rows of `b` from b.full. Validates forced segments.
   Status build_batch(StepBatch& b, bool forced);

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine_impl.h"
+#include "impl.h"
 
 namespace llmrr {
 

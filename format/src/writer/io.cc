@@ -1,7 +1,7 @@
 // TraceWriter's writer thread and file: taking queued frames in batches, encoding and
 // compressing them, writing them and committing those whole on disk, close and the footer.
-// Appending and the public wrappers are in trace_writer.cc, the shared state in
-// trace_writer_impl.h.
+// Appending and the public wrappers are in writer/writer.cc, the shared state in
+// writer/impl.h.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -19,7 +19,7 @@
 #include "codec.h"
 #include "convert.h"
 #include "llmrr/format/container.h"
-#include "trace_writer_impl.h"
+#include "impl.h"
 
 namespace llmrr::trace {
 

@@ -1,4 +1,4 @@
-#include "engine_weights.h"
+#include "weights.h"
 
 #include <string>
 #include <vector>

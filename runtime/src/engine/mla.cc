@@ -20,7 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine_impl.h"
+#include "impl.h"
 
 namespace llmrr {
 namespace {

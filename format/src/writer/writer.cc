@@ -1,6 +1,6 @@
 // TraceWriter: appending records (the run header, steps into chunks, blobs, kernel records)
 // and the public wrappers. The writer's thread, frame encoding, file I/O, close and the footer
-// are in trace_writer_io.cc, the shared state (TraceWriter::Impl) in trace_writer_impl.h.
+// are in writer/io.cc, the shared state (TraceWriter::Impl) in writer/impl.h.
 #include "llmrr/format/trace_writer.h"
 
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include "convert.h"
 #include "guarded.h"
 #include "llmrr/format/container.h"
-#include "trace_writer_impl.h"
+#include "impl.h"
 
 namespace llmrr::trace {
 

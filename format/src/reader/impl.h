@@ -1,8 +1,8 @@
 // Internal to the TraceReader sources: the reader's state (TraceReader::Impl) and what its
-// files share. trace_reader_frames.cc reads and decodes one frame; trace_reader_open.cc opens
-// a trace (file header, trailer, footer, index, run header) and trace_reader_scan.cc indexes
-// one without a footer; trace_reader.cc serves steps, blobs and kernel records;
-// trace_reader_verify.cc is TraceReader::verify.
+// files share. reader/frames.cc reads and decodes one frame; reader/open.cc opens
+// a trace (file header, trailer, footer, index, run header) and reader/scan.cc indexes
+// one without a footer; reader/reader.cc serves steps, blobs and kernel records;
+// reader/verify.cc is TraceReader::verify.
 #pragma once
 
 #include <unistd.h>
@@ -26,7 +26,7 @@ using detail::ZstdDecompressor;
 
 namespace detail {
 
-// Pieces of error messages (trace_reader_frames.cc).
+// Pieces of error messages (reader/frames.cc).
 std::string hex64(uint64_t v);
 std::string hex32(uint32_t v);
 std::string bytes_text(const uint8_t* p, size_t n);
@@ -93,7 +93,7 @@ class TraceReader::Impl {
            std::to_string(f.offset) + ": ";
   }
 
-  // Frames (trace_reader_frames.cc).
+  // Frames (reader/frames.cc).
   Status pread_all(uint8_t* dst, size_t n, uint64_t at, const std::string& what) const;
 
   // Reads frame i's header and checks it against `f` (the index entry).
@@ -113,10 +113,10 @@ class TraceReader::Impl {
 };
 
 // Frames in file order from offset 16; stops at a torn last frame (warning) or a footer
-// (trace_reader_scan.cc).
+// (reader/scan.cc).
 Status scan_frames(TraceReader::Impl& r);
 // Checks the frame index (from the footer, or from scanning) and derives chunks, blobs and
-// the step range from it (trace_reader_open.cc).
+// the step range from it (reader/open.cc).
 Status validate_index(TraceReader::Impl& r, bool from_footer);
 
 }  // namespace llmrr::trace

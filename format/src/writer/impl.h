@@ -1,6 +1,6 @@
 // Internal to the TraceWriter sources: the writer's state (TraceWriter::Impl) and what its
-// files share. trace_writer.cc appends records and builds step chunks (and holds the public
-// wrappers); trace_writer_io.cc runs the writer's thread: encoding, compression, writing
+// files share. writer/writer.cc appends records and builds step chunks (and holds the public
+// wrappers); writer/io.cc runs the writer's thread: encoding, compression, writing
 // frames, committing them, close and the footer. Members on the per-step, per-blob and
 // per-frame paths stay defined in the class, inline, as they were before the split.
 #pragma once
@@ -59,13 +59,13 @@ using writer_internal::Job;
 
 class TraceWriter::Impl {
  public:
-  // Opening and the writer's thread: trace_writer_io.cc.
+  // Opening and the writer's thread: writer/io.cc.
   Impl(std::string path, WriterOptions opt, int fd, bool created);
   ~Impl();
   void discard();
   Status start();
 
-  // Appending: trace_writer.cc.
+  // Appending: writer/writer.cc.
   Status append_run_header(const RunHeader& header);
   Status append_step(const StepRecord& step);
   Result<int64_t> append_blob(const BlobSpec& b);
@@ -74,7 +74,7 @@ class TraceWriter::Impl {
   void add_dropped_records(int64_t n, std::string reason);
   void mark_lossy(std::string reason);
 
-  Status close();  // trace_writer_io.cc
+  Status close();  // writer/io.cc
 
   // Compresses and writes a batch of queued frames on the calling thread (a helper:
   // TraceWriter::help). Never blocks on the lock: an idle helper has better things to do.
@@ -93,13 +93,13 @@ class TraceWriter::Impl {
 
   void defer_wakes(bool defer) { defer_wakes_.store(defer, std::memory_order_relaxed); }
 
-  Status status() const;      // trace_writer.cc
-  WriterStats stats() const;  // trace_writer.cc
+  Status status() const;      // writer/writer.cc
+  WriterStats stats() const;  // writer/writer.cc
 
   const std::string& path() const { return path_; }
 
  private:
-  Status usable(const char* op);  // trace_writer.cc
+  Status usable(const char* op);  // writer/writer.cc
 
   std::vector<uint8_t> take_buffer() {
     std::lock_guard<std::mutex> lk(mu_);
@@ -152,7 +152,7 @@ class TraceWriter::Impl {
     return Status::Ok();
   }
 
-  // The writer's thread, encoding, the file and its footer: trace_writer_io.cc, but for the
+  // The writer's thread, encoding, the file and its footer: writer/io.cc, but for the
   // inline pieces here.
   bool run_header_on_disk() const;
   void remove_if_ours();
