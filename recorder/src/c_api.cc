@@ -271,6 +271,7 @@ int llmrr_recorder_begin_step(llmrr_recorder* r, int64_t step, const llmrr_segme
     r->routing_layers.clear();
     r->logits_rows.clear();
     r->token_rows.clear();
+    r->step_finished.clear();
     llmrr::StepInfo info;
     info.step = step;
     info.segments = r->segments;
@@ -486,6 +487,7 @@ int llmrr_recorder_record_finish(llmrr_recorder* r, uint64_t request, int32_t re
       return bad_call(r, fn, where + ": reason must be LLMRR_FINISH_* and generated >= 0");
     }
     r->finished.insert(request);
+    r->step_finished.push_back(request);
     llmrr::RequestFinish f;
     f.step = r->step;
     f.request = request;
@@ -502,6 +504,30 @@ int llmrr_recorder_end_step(llmrr_recorder* r) {
     if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
     r->in_step = false;
     r->rec->on_step_end(r->step);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_mark_lossy(llmrr_recorder* r, const char* reason) {
+  static const char* fn = "llmrr_recorder_mark_lossy";
+  return guarded(r, fn, [&]() -> int {
+    const std::string why = str(reason);
+    r->rec->mark_lossy(why.empty() ? "the producer marked the trace lossy" : why);
+    return LLMRR_OK;
+  });
+}
+
+int llmrr_recorder_discard_step(llmrr_recorder* r, const char* reason) {
+  static const char* fn = "llmrr_recorder_discard_step";
+  return guarded(r, fn, [&]() -> int {
+    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
+    const std::string why = str(reason);
+    r->rec->mark_lossy("step " + std::to_string(r->step) + " discarded by the producer" +
+                       (why.empty() ? std::string() : ": " + why));
+    r->rec->discard_step();
+    for (uint64_t id : r->step_finished) r->finished.erase(id);
+    r->step_finished.clear();
+    r->in_step = false;
     return after(r);
   });
 }
