@@ -77,6 +77,11 @@ def register():
     except Exception as e:  # an unknown vLLM layout: say so, never break vLLM
         _warn("cannot find vLLM's model runner (%s); not recording" % e)
         return
+    if not hasattr(GPUModelRunner, "_prepare_inputs"):
+        # The batch's rows are taken where the runner lays them out; without that point a
+        # row could be credited to another request.
+        _warn("this vLLM's model runner has no _prepare_inputs; not recording")
+        return
     _patch(GPUModelRunner)
     _patched = True
 
@@ -88,6 +93,7 @@ def _warn(msg):
 def _patch(cls):
     orig_execute = cls.execute_model
     orig_sample = getattr(cls, "sample_tokens", None)
+    orig_prepare = cls._prepare_inputs
 
     def execute_model(self, scheduler_output, *args, **kwargs):
         rec = getattr(self, "_llmrr", False)
@@ -105,6 +111,14 @@ def _patch(cls):
             rec.safe(rec.end, out)  # this vLLM sampled inside execute_model
         return out
 
+    def _prepare_inputs(self, scheduler_output, *args, **kwargs):
+        # The persistent batch is updated by now (new requests placed, holes condensed, rows
+        # reordered for the attention backend): its order is the order of the step's rows.
+        rec = getattr(self, "_llmrr", None)
+        if rec is not None:
+            rec.safe(rec.start, scheduler_output)
+        return orig_prepare(self, scheduler_output, *args, **kwargs)
+
     def sample_tokens(self, *args, **kwargs):
         out = orig_sample(self, *args, **kwargs)
         rec = getattr(self, "_llmrr", None)
@@ -113,6 +127,7 @@ def _patch(cls):
         return out
 
     cls.execute_model = execute_model
+    cls._prepare_inputs = _prepare_inputs
     if orig_sample is not None:
         cls.sample_tokens = sample_tokens
 
@@ -206,6 +221,7 @@ class _StepRecorder:
         self.path = path
         self._reset()
         self.handles = []
+        self.missing = set()  # sites already reported as not recorded
         self.nvtx = header["device"].startswith("cuda") or self.shared is not None
 
         if self.hooks_work and self.capture != "none":
@@ -387,6 +403,8 @@ class _StepRecorder:
                 return
             rows = logits.reshape(-1, logits.shape[-1])[:self.rows]
             if rows.shape[0] != self.rows:
+                self._missing("L%d.moe.router" % i, "routing of %d rows where the batch has "
+                              "%d" % (rows.shape[0], self.rows))
                 return
             # The router's choice as vLLM's top-k softmax makes it (ids, weights).
             w, idx = torch.topk(torch.softmax(rows.float(), dim=-1), k, dim=-1)
@@ -409,10 +427,13 @@ class _StepRecorder:
             if x.is_cpu:
                 # Host rows: the library fingerprints them (the same mixsum64) where they
                 # are, cheaper than a dozen torch ops per site.
-                self.rec.host_rows(site, x, self.rows)
+                if not self.rec.host_rows(site, x, self.rows):
+                    self._missing(site, "%d rows where the batch has %d" %
+                                  (x.reshape(-1, x.shape[-1]).shape[0], self.rows))
                 return
             x = x.reshape(-1, x.shape[-1])
             if x.shape[0] < self.rows:
+                self._missing(site, "%d rows where the batch has %d" % (x.shape[0], self.rows))
                 return
             x = x[:self.rows]  # padded rows (CUDA graphs) left out
             if self.shared is None:
@@ -440,6 +461,8 @@ class _StepRecorder:
             return
         # One logits row per scheduled request, in batch order (vLLM's logits_indices).
         if logits.shape[0] < len(self.order):
+            self._missing("logits", "%d rows for %d requests" % (logits.shape[0],
+                                                               len(self.order)))
             return
         from . import _lib
         dt = _lib.torch_dtypes()
@@ -464,9 +487,42 @@ class _StepRecorder:
             self._stop(e)
             return None
 
+    def _missing(self, site, why):
+        """A site's rows could not be taken this step: the trace says lossy (the first
+        reason in its footer), stderr says so once per site; recording goes on."""
+        if site not in self.missing:
+            self.missing.add(site)
+            _warn("step %d, %s: not recorded (%s); the trace is marked lossy" %
+                  (self.step, site, why))
+        self.rec.mark_lossy("llmrr.vllm: step %d, %s not recorded: %s" % (self.step, site, why))
+
     def _stop(self, e):
+        self._stop_lossy("%s: %s" % (type(e).__name__, e))
+
+    def _stop_lossy(self, why):
+        """Stops recording for good; the trace says lossy, with why (verify and inspect
+        print it), and keeps every step before."""
         self.failed = True
-        _warn("recording stopped at step %d: %s: %s" % (self.step, type(e).__name__, e))
+        _warn("recording stopped at step %d: %s" % (self.step, why))
+        try:
+            self.rec.mark_lossy("llmrr.vllm: recording stopped at step %d: %s" % (self.step, why))
+        except Exception as e:  # the library itself failed: its own reason stands
+            _warn("cannot mark %s lossy: %s" % (self.path, e))
+
+    def _discard(self, why):
+        """Drops the open step (nothing of it is written), says why in the trace and on
+        stderr, and stops recording."""
+        self.in_step = False
+        self.pending.items = []
+        self.failed = True
+        _warn("step %d dropped, recording stopped: %s" % (self.step, why))
+        try:
+            self.rec.discard_step("llmrr.vllm: " + why)
+        except Exception as e:
+            _warn("cannot drop step %d of %s: %s" % (self.step, self.path, e))
+        if self.nvtx:
+            import torch
+            torch.cuda.nvtx.range_pop()
 
     def _llmrr_id(self, rid):
         m = re.match(r"^(\d+)(?:-[0-9a-f]+)?$", rid)
@@ -480,9 +536,10 @@ class _StepRecorder:
         return n
 
     def begin(self, so):
+        """execute_model, before vLLM updates its batch: the requests that arrive with this
+        scheduler output, and those vLLM finished for reasons the worker does not see."""
         if self.in_step:  # the previous step never reached sample_tokens
             self._end_step()
-        runner = self.runner
         # Requests vLLM finished for reasons the worker does not see (a stop string, an
         # abort): closed in this step as aborted.
         self.gone.update(r for r in (getattr(so, "finished_req_ids", ()) or ())
@@ -508,16 +565,23 @@ class _StepRecorder:
                 seed=int(getattr(sp, "seed", 0) or 0) & (2**64 - 1),
                 stop_at_eos=not bool(getattr(sp, "ignore_eos", False)),
                 arrival_step=self.step + 1)
+
+    def start(self, so):
+        """_prepare_inputs, after vLLM updated its persistent batch and before the forward
+        pass: the step's rows in the order the runner lays them out (input_batch.req_ids,
+        which _prepare_inputs, the attention metadata and the logits indices all follow)."""
+        if self.in_step:
+            return
         sched = so.num_scheduled_tokens
         if not sched:
             return
-        # Row order: the persistent batch's order, which _prepare_inputs follows. Requests
-        # the batch has not taken in yet (execute_model updates it) come after, as
-        # scheduled.
-        ib = runner.input_batch
-        order_ids = [r for r in list(ib.req_ids)[:ib.num_reqs] if r in sched]
-        seen = set(order_ids)
-        order_ids += [r for r in sched if r not in seen]
+        ib = self.runner.input_batch
+        order_ids = list(ib.req_ids[:ib.num_reqs])
+        if sorted(order_ids) != sorted(sched) or any(r not in self.ids for r in order_ids):
+            # Rows whose owner is unknown are never recorded under a guess.
+            self._stop_lossy("step %d: the runner's batch %s is not the scheduled set %s" %
+                             (self.step + 1, order_ids, sorted(sched)))
+            return
         computed = {}
         for nr in so.scheduled_new_reqs:
             computed[nr.req_id] = nr.num_computed_tokens
@@ -527,8 +591,6 @@ class _StepRecorder:
         self.step += 1
         segments, self.order, row = [], [], 0
         for rid in order_ids:
-            if rid not in self.ids:
-                continue
             k = self.known[rid]
             count = int(sched[rid])
             start = int(computed.get(rid, 0))
@@ -553,6 +615,14 @@ class _StepRecorder:
             return
         req_ids = getattr(out, "req_ids", None)
         sampled = getattr(out, "sampled_token_ids", None)
+        ran = req_ids if req_ids is not None else getattr(
+            getattr(out, "_model_runner_output", None), "req_ids", None)
+        if ran is not None and list(ran) != [e[0] for e in self.order]:
+            # The rows were taken in another order than vLLM's output has them: nothing of
+            # this step is written under a request it may not belong to.
+            self._discard("step %d: rows recorded in the order %s, vLLM's output has %s" %
+                          (self.step, [e[0] for e in self.order], list(ran)))
+            return
         if req_ids is None and hasattr(out, "get_output"):
             # Async scheduling: the tokens come when vLLM collects the output.
             orig = out.get_output
