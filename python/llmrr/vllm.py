@@ -63,7 +63,8 @@ _active = []  # the step recorders of this process
 def rotate(path):
     """In-process vLLM (VLLM_ENABLE_V1_MULTIPROCESSING=0): close the current trace and record
     the next steps into `path`, so that one engine records one trace per run (the fuzzer
-    does this). Returns the number of model runners switched (0 before the first step)."""
+    and llmrr.vllm_replay do this); path None closes it and records nothing until the next
+    rotate(path). Returns the number of model runners switched (0 before the first step)."""
     for r in _active:
         r.reopen(path)
     return len(_active)
@@ -269,6 +270,10 @@ class _StepRecorder(Hooks):
             with self.lock:
                 self._drain(all_of_them=True)
             self.rec.close()
+        if path is None:  # paused: the hooks and steps record nothing until a new path
+            self.rec = self.sink = None
+            self.failed = True
+            return
         self.failed = False
         self._reset()
         self.path = path
@@ -304,6 +309,10 @@ class _StepRecorder(Hooks):
             "max_num_seqs": sc.max_num_seqs,
             "chunked_prefill": bool(getattr(sc, "enable_chunked_prefill", False)),
             "prefix_caching": bool(getattr(cc, "enable_prefix_caching", False)),
+            "block_size": getattr(cc, "block_size", None),
+            "num_gpu_blocks": getattr(cc, "num_gpu_blocks", None),
+            "kv_cache_memory_bytes": getattr(cc, "kv_cache_memory_bytes", None),
+            "max_model_len": getattr(cfg.model_config, "max_model_len", None),
             "async_scheduling": bool(getattr(sc, "async_scheduling", False)),
             "tensor_parallel_size": pc.tensor_parallel_size,
             "rank": getattr(pc, "rank", 0), "device": dev,
