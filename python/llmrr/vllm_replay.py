@@ -494,9 +494,9 @@ def cmd_bisect(a):
                       ",".join(map(str, subset)) or "none", len(subset), len(co),
                       ", 1-minimal" if minimal else ", replay budget spent: possibly not "
                       "minimal"))
-            print("  at step %s request %d shared the batch with %s of them; with one of them "
-                  "at %d step%s before it" % (
-                      at, r, ",".join(map(str, beside)) or "none", len(shared),
+            print("  in the batch with request %d at step %s: %s; at least one of them shared "
+                  "its batch at %d step%s up to there" % (
+                      r, at, ",".join(map(str, beside)) or "none of them", len(shared),
                       "" if len(shared) == 1 else "s"))
             report["searches"].append({"kind": kind, "position": where["position"],
                                        "step": at, "minimal": subset, "one_minimal": minimal,
