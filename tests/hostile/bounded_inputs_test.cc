@@ -59,19 +59,27 @@ void expect_refused(const std::string& args, const std::string& path, const std:
   EXPECT_NE(r.err.find(says), std::string::npos) << args << "\n" << r.err;
 }
 
-// A real recording whose run header's extra_config_json is then made 100,000 deep.
-const std::string& deep_trace() {
+const std::string& good_trace() {
   static const std::string path = [] {
-    const std::string good = temp_path("bounded-good.trace");
-    const std::string p = temp_path("bounded-deep.trace");
+    const std::string p = temp_path("bounded-good.trace");
     std::string out;
     EXPECT_EQ(run_command(rtest::llmrr_binary() + " record --model builtin:tiny-moe --prompt abc " +
-                              "--max-tokens 6 -q -o " + good,
+                              "--max-tokens 6 -q -o " + p,
                           &out, true),
               0)
         << out;
+    return p;
+  }();
+  return path;
+}
+
+// A real recording whose run header's extra_config_json is then made 100,000 deep.
+const std::string& deep_trace() {
+  static const std::string path = [] {
+    const std::string p = temp_path("bounded-deep.trace");
     Status st = rtest::rewrite_trace(
-        good, p, [](trace::RunHeader& h) { h.extra_config_json = deep_object(); }, nullptr);
+        good_trace(), p, [](trace::RunHeader& h) { h.extra_config_json = deep_object(); },
+        nullptr);
     EXPECT_TRUE(st.ok()) << st.to_string();
     return p;
   }();
@@ -244,6 +252,17 @@ TEST(ExitCodes, DiffModelNotARegularFileIsExit2NamingIt) {
                  "is a character device");
   expect_refused("diff " + a + " " + b + " --model " + temp_path("bounded-missing.gguf"),
                  temp_path("bounded-missing.gguf"), "No such file");
+}
+
+TEST(ExitCodes, AWriteErrorNamesThePath) {
+  // /dev/full is written through (no temporary file): the bundle writer was handed the empty
+  // temporary name, and said ": write failed".
+  const std::string& t = good_trace();
+  expect_refused("pack " + t + " -o /dev/full", "io (200): /dev/full: write failed",
+                 "No space left on device");
+  expect_refused("report " + t + " -o /dev/full", "/dev/full: write failed", "No space left");
+  expect_refused("export " + t + " --perfetto /dev/full", "/dev/full: write failed",
+                 "No space left");
 }
 
 }  // namespace
