@@ -225,9 +225,14 @@ TEST(ModelSettings, NonFiniteOrOutOfRangeAreRefusedNamingTheKey) {
                         nullptr),
             0);
   const std::string cfg = rtest::read_file(dir + "/config.json");
+  // tiny-llama states rope_parameters.rope_theta (transformers 5); a top-level rope_theta
+  // beside it is still checked.
   for (const auto& [from, to, says] :
        {std::tuple<std::string, std::string, std::string>{
-            "\"rope_theta\": 10000.0", "\"rope_theta\": 1e300", "rope_theta is 1e+300"},
+            "\"rope_theta\": 10000.0", "\"rope_theta\": 1e300",
+            "rope_parameters.rope_theta is 1e+300, expected a finite number in [1, 1e+12]"},
+        {"\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 1e-05, \"rope_theta\": -1",
+         ": rope_theta is -1, expected"},
         {"\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 5", "rms_norm_eps is 5, expected"}}) {
     const size_t at = cfg.find(from);
     ASSERT_NE(at, std::string::npos) << from;
