@@ -8,8 +8,8 @@ from .reader import Table, Trace, open  # noqa: A004
 from .recorder import Recorder
 
 __version__ = "0.1.0"
-__all__ = ["open", "Trace", "Table", "Recorder", "LlmrrError", "JsonNestingError", "site_name", "site_pack",
-           "library_path", "DTYPE_F32", "DTYPE_BF16", "DTYPE_F16", "CAPTURE"]
+__all__ = ["open", "Trace", "Table", "Recorder", "LlmrrError", "JsonNestingError", "site_name",
+           "site_pack", "library_path", "DTYPE_F32", "DTYPE_BF16", "DTYPE_F16", "CAPTURE"]
 
 
 def __getattr__(name):

@@ -182,7 +182,8 @@ Result<nlohmann::json> header_json(const trace::TraceReader& r) {
                             " bytes, expected at most " +
                             std::to_string(llmrr::safeio::kMaxEmbeddedJsonBytes));
     }
-    RETURN_IF_ERROR(llmrr::safeio::check_json_depth(h.extra_config_json, where, ErrorCode::kSemantic));
+    RETURN_IF_ERROR(
+        llmrr::safeio::check_json_depth(h.extra_config_json, where, ErrorCode::kSemantic));
     Result<nlohmann::json> extra =
         llmrr::safeio::parse_json_object(h.extra_config_json, where, ErrorCode::kSemantic);
     if (extra.ok()) j["extra_config"] = std::move(extra).value();

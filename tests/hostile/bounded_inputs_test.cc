@@ -139,7 +139,8 @@ TEST(DeepJsonInATrace, TheRecorderAbiWritesNoneOfIt) {
   c.extra_config_json = extra.c_str();
   const std::string p = temp_path("bounded-abi.trace");
   llmrr_recorder* rec = nullptr;
-  EXPECT_EQ(llmrr_recorder_open(p.c_str(), &c, &rec), static_cast<int>(ErrorCode::kInvalidArgument));
+  EXPECT_EQ(llmrr_recorder_open(p.c_str(), &c, &rec),
+            static_cast<int>(ErrorCode::kInvalidArgument));
   EXPECT_EQ(rec, nullptr);
   EXPECT_NE(std::string(llmrr_recorder_last_error()).find("nested deeper than 64"),
             std::string::npos)
@@ -182,8 +183,8 @@ TEST(RequestsFile, TheCapIsExactAndTheStreamKeepsLineNumbers) {
   Result<std::vector<RequestSpec>> over = read_requests_file(p, d, {});
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.status().code(), ErrorCode::kBadRequest);
-  EXPECT_NE(over.status().message().find(p + ":" + std::to_string(kMaxRequests + 3) + ": more than"),
-            std::string::npos)
+  const std::string at = p + ":" + std::to_string(kMaxRequests + 3) + ": more than";
+  EXPECT_NE(over.status().message().find(at), std::string::npos)
       << over.status().message();
   // A line split by the chunk boundary is read whole: a long prompt_ids line.
   std::string ids = "1";
