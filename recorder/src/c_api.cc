@@ -21,6 +21,7 @@
 #include "llmrr/kernels/plan.h"
 #include "llmrr/recorder/trace_recorder.h"
 #include "llmrr/runtime/site.h"
+#include "llmrr/safeio/json.h"
 
 using namespace llmrr::c_api_internal;
 
@@ -94,11 +95,11 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
                  fingerprint.substr(0, 60) + "'");
     }
     const std::string extra = str(c.extra_config_json);
-    if (!extra.empty()) {
-      nlohmann::json j = nlohmann::json::parse(extra, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) {
-        return bad("extra_config_json must be a JSON object, found '" + extra.substr(0, 60) + "'");
-      }
+    // Under the caps every reader applies (safeio): what a reader would refuse is not written.
+    if (llmrr::Result<nlohmann::json> j = llmrr::safeio::parse_json_object(
+            extra, "extra_config_json", llmrr::ErrorCode::kInvalidArgument);
+        !j.ok()) {
+      return bad(j.status().message());
     }
 
     llmrr::trace::RunHeader h = llmrr::base_run_header();
