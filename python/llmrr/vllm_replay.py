@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+from . import _json
+
 PRODUCER = "llmrr.vllm"
 
 
@@ -114,15 +116,12 @@ def check_compat(rec, model, force):
     cfg_path = os.path.join(model, "config.json")
     if not os.path.isfile(cfg_path):
         die("--model %s: expected a model directory with config.json" % model)
-    try:
-        if os.path.getsize(cfg_path) > (16 << 20):
-            raise ValueError("config.json is over 16 MiB")
-        with open(cfg_path, "rb") as f:
-            cfg = json.loads(f.read())
+    try:  # under the nesting and size caps (llmrr._json)
+        cfg = _json.load(cfg_path)
         if not isinstance(cfg, dict):
-            raise ValueError("config.json is not a JSON object")
-    except (OSError, ValueError, RecursionError) as e:
-        die("--model %s: cannot read %s: %s" % (model, cfg_path, e))
+            raise ValueError("%s: expected a JSON object" % cfg_path)
+    except (OSError, ValueError) as e:
+        die("--model %s: cannot read its config: %s" % (model, e))
     text = cfg.get("text_config") or cfg
     m = rec.header.get("model", {})
     want = {"architecture": (m.get("architecture"), text.get("model_type")),
