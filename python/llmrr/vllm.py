@@ -49,7 +49,7 @@ import re
 import sys
 import threading
 
-from .vllm_hooks import Hooks, _warn
+from .vllm_hooks import Hooks, _warn, patch_router_selection, vllm_router
 
 ENV_TRACE = "LLMRR_VLLM_TRACE"
 ENV_CAPTURE = "LLMRR_VLLM_CAPTURE"
@@ -93,6 +93,7 @@ def register():
         _warn("this vLLM's model runner has no _prepare_inputs; not recording")
         return
     _patch(GPUModelRunner)
+    patch_router_selection()
     _patched = True
 
 
@@ -191,6 +192,15 @@ class _StepRecorder(Hooks):
                                              str(cfg.model_config.dtype))
         vllm_v, torch_v = _versions()
         self.vocab = int(get("vocab_size"))
+        self.n_experts = int(get("num_local_experts", "num_experts", "n_routed_experts"))
+        if self.n_experts:
+            model = runner.get_model()
+            moes = [m for m in model.modules() if hasattr(m, "experts")]
+            header["routing"] = (
+                "as vLLM's router selected it (FusedMoERouter.select_experts)"
+                if any(vllm_router(m) is not None for m in moes) else
+                "recomputed from the router logits (softmax top-k): this vLLM has no "
+                "FusedMoERouter")
         eos = getattr(hf, "eos_token_id", None)
         self.eos = set(int(e) for e in (eos if isinstance(eos, (list, tuple)) else
                                         ([] if eos is None else [eos])))

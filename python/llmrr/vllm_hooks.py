@@ -5,6 +5,45 @@ Every hook is a no-op outside a step and after a failure; rows go to the step's 
 trace, or under async scheduling the step's tape), device rows into the step's Pending."""
 import sys
 
+# id(vLLM router) -> (step recorder, layer): whose select_experts results are recorded.
+ROUTERS = {}
+
+
+def vllm_router(moe):
+    """The FusedMoERouter of a vLLM MoE block (its experts' runner holds it), or None."""
+    try:
+        from vllm.model_executor.layers.fused_moe.router.fused_moe_router import FusedMoERouter
+    except Exception:
+        return None
+    experts = getattr(moe, "experts", None)
+    for owner in (experts, getattr(experts, "runner", None)):
+        r = getattr(owner, "router", None)
+        if isinstance(r, FusedMoERouter):
+            return r
+    return None
+
+
+def patch_router_selection():
+    """Wraps FusedMoERouter.select_experts (once): each call of a registered router hands its
+    (weights, ids) to its recorder. False when this vLLM has no such class."""
+    try:
+        from vllm.model_executor.layers.fused_moe.router.fused_moe_router import FusedMoERouter
+    except Exception:
+        return False
+    if getattr(FusedMoERouter.select_experts, "_llmrr", False):
+        return True
+    orig = FusedMoERouter.select_experts
+
+    def select_experts(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        who = ROUTERS.get(id(self))
+        if who is not None:
+            who[0].safe(who[0]._routed, who[1], out[0], out[1])
+        return out
+    select_experts._llmrr = True
+    FusedMoERouter.select_experts = select_experts
+    return True
+
 
 def _warn(msg):
     print("llmrr.vllm: %s" % msg, file=sys.stderr, flush=True)
@@ -40,10 +79,18 @@ class Hooks:
                 self.handles.append(gate_up.register_forward_hook(self._gate_up(i)))
             self._hook(getattr(mlp, "act_fn", None), "L%d.mlp.act" % i)
             self._hook(getattr(mlp, "down_proj", None), "L%d.mlp.down" % i)
-            router = getattr(mlp, "gate", None)
-            if router is not None and hasattr(mlp, "experts"):
-                self._hook(mlp, "L%d.moe.combine" % i)
-                self.handles.append(router.register_forward_hook(self._router(i, mlp)))
+            moe = mlp if hasattr(mlp, "experts") else getattr(layer, "block_sparse_moe", None)
+            if moe is not None and hasattr(moe, "experts"):
+                self._hook(moe, "L%d.moe.combine" % i)
+                selector = vllm_router(moe)
+                if selector is not None:
+                    # The experts and weights vLLM's router selects (select_experts, patched
+                    # once per process): DeepSeek's bias and groups, Mixtral, Qwen3-MoE alike.
+                    ROUTERS[id(selector)] = (self, i)
+                router = getattr(moe, "gate", None)
+                if router is not None:
+                    self.handles.append(router.register_forward_hook(
+                        self._router(i, moe, recompute=selector is None)))
         self._hook(getattr(base, "norm", None), "final_norm")
 
     @staticmethod
@@ -101,7 +148,24 @@ class Hooks:
             self._rows(up, u)
         return hook
 
-    def _router(self, i, mlp):
+    def _routed(self, i, weights, ids):
+        """vLLM's router selected experts `ids` with `weights` (tokens x k) at layer i."""
+        if not self.in_step or self.failed:
+            return
+        import numpy as np
+        if ids.shape[0] < self.rows:
+            self._missing("L%d.moe.router" % i, "routing of %d rows where the batch has %d" %
+                          (ids.shape[0], self.rows))
+            return
+        k = int(ids.shape[-1])
+        idx = np.ascontiguousarray(ids[:self.rows].to("cpu").numpy(), dtype=np.int32)
+        gates = np.ascontiguousarray(weights[:self.rows].float().to("cpu").numpy(),
+                                     dtype=np.float32)
+        self.keep.append((idx, gates))  # a taped step replays these addresses later
+        self.sink.routing(i, self.rows, k, self.n_experts, idx.ctypes.data, idx.ctypes.data,
+                          gates.ctypes.data, None)
+
+    def _router(self, i, mlp, recompute):
         import torch
 
         def hook(mod, args, out):
@@ -109,6 +173,8 @@ class Hooks:
             if logits is None or not self.in_step:
                 return
             self._rows("L%d.moe.router" % i, logits)
+            if not recompute:
+                return  # the routing comes from vLLM's own selection (_routed)
             k = int(getattr(mlp, "top_k", 0) or getattr(getattr(mlp, "experts", None), "top_k", 0)
                     or 0)
             if k <= 0:
