@@ -307,6 +307,10 @@ def main(argv=None):
     ap.add_argument("--prefix", default="off,on", help="prefix caching values drawn")
     ap.add_argument("--capture", default="layers", choices=["none", "layers", "all"])
     ap.add_argument("--keep-all", action="store_true", help="keep every run's trace")
+    ap.add_argument("--run", type=int, action="append",
+                    help="only this drawn run (repeatable): the same draws as without it, so "
+                         "one run of a campaign is recorded again, with the target alone under "
+                         "its setting and the reference setting")
     ap.add_argument("--target-text", default=None,
                     help="the target prompt as text, tokenized with the model's tokenizer "
                          "(default: %d random token ids drawn from the seed)" % TARGET_LEN)
@@ -350,7 +354,11 @@ def main(argv=None):
     os.makedirs(work, exist_ok=True)
     ref_setting = {"mbt": max(mbts), "prefix": False}
     groups = {setting_key(ref_setting): (ref_setting, [])}
-    for i, c in enumerate(comps):
+    chosen = range(len(comps)) if not a.run else sorted(set(a.run))
+    for i in chosen:
+        if not 0 <= i < len(comps):
+            die("--run %d: the campaign draws runs 0 to %d" % (i, len(comps) - 1))
+        c = comps[i]
         groups.setdefault(setting_key(c["setting"]), (c["setting"], []))[1].append(i)
     t0 = time.time()
     ref = None

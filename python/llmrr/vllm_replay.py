@@ -96,6 +96,15 @@ class Recorded:
                 if r is not None and "first_step" not in r:
                     r["first_step"] = rec["step"]
 
+    def model_for(self, model):
+        """The model path to give vLLM: the recorded spelling when it names the same
+        directory (so the replay's header says the same model), else the absolute path."""
+        recorded = self.header.get("model", {}).get("name") or ""
+        if recorded and os.path.isdir(recorded) and \
+                os.path.realpath(recorded) == os.path.realpath(model):
+            return recorded
+        return os.path.abspath(model)
+
     def settings(self):
         e = self.extra
         s = {"dtype": {"torch.float32": "float32", "torch.bfloat16": "bfloat16",
@@ -345,7 +354,8 @@ def cmd_replay(a):
     for n in notes:
         print("note: " + n)
     t0 = time.time()
-    eng = Engine(a.model, settings, rec.header.get("engine", {}).get("capture") or "layers",
+    eng = Engine(rec.model_for(a.model), settings,
+                 rec.header.get("engine", {}).get("capture") or "layers",
                  out + ".engine.log")
     try:
         eng.replay(out, requests_of(rec, keep, moved))
@@ -415,7 +425,8 @@ def cmd_bisect(a):
     t0 = time.time()
     capture = rec.header.get("engine", {}).get("capture") or "layers"
     alone_trace = os.path.join(work, "alone.trace")
-    eng = Engine(a.model, rec.settings(), capture, os.path.join(work, "engine.log"))
+    eng = Engine(rec.model_for(a.model), rec.settings(), capture,
+                 os.path.join(work, "engine.log"))
     try:
         targets = [a.request] if a.request is not None else ids
         for r in targets:
@@ -483,6 +494,9 @@ def cmd_bisect(a):
                 return 1
             subset, minimal = ddmin(co, lambda s: reproduces(s, kind), budget)
             at = where.get("step_a")
+            if at is None:  # a visible split: the step whose row chose that token
+                at = next((st for st, segs in rec.steps for g in segs
+                           if g[0] == r and g[1] <= where["position"] - 1 < g[1] + g[2]), None)
             batch = dict(rec.steps).get(at, [])
             beside = sorted({g[0] for g in batch} & set(subset))
             shared = sorted({st for st, segs in rec.steps if st in steps_r and
