@@ -199,6 +199,31 @@ def compare(binary, ref, trace):
     return c
 
 
+# ---- shrinking -------------------------------------------------------------------------------
+
+def shrink(a, binary, trace, work):
+    """The smallest set of the run's co-requests that reproduces the target's split
+    (`llmrr bisect --runtime vllm`, request 0, at most --shrink-replays replays): a dict of
+    bisect's report, or {"error": ...}. An empty set means the target alone under the run's
+    setting splits the same way: the setting, not a co-request, is the cause."""
+    out = os.path.join(work, "shrink-" + os.path.basename(trace).replace(".trace", ""))
+    p = subprocess.run([binary, "bisect", "--runtime", "vllm", trace, "--model", a.model,
+                        "--request", "0", "--max-replays", str(a.shrink_replays), "-o", out],
+                       capture_output=True, text=True)
+    report = os.path.join(out, "bisect.json")
+    if p.returncode != 0:
+        return {"error": (p.stderr or p.stdout).strip()[-500:]}
+    if not os.path.exists(report):  # bisect found no split against the target alone
+        return {"co_requests": [], "note": "the target alone under this setting splits the "
+                "same way: the setting is the cause"}
+    with open(report) as f:
+        r = json.load(f)
+    return {"searches": [{k: x[k] for k in ("kind", "position", "step", "minimal",
+                                            "one_minimal", "in_batch_at_split")}
+                         for x in r["searches"]],
+            "replays": r["replays"], "seconds": r["seconds"]}
+
+
 # ---- summary ---------------------------------------------------------------------------------
 
 def summarize(args, space, results, completions, baseline, seconds):
@@ -274,6 +299,24 @@ def format_summary(s):
     for k, b in sorted(s["vllm"]["by_setting"].items()):
         out.append("    %-16s %4d runs: numerical %d, visible %d, rows differ %d"
                    % (k, b["runs"], b["numerical"], b["visible"], b["rows_differ"]))
+    shrunk = [r for r in s["results"] if "minimal_cause" in r["vllm"]]
+    if shrunk:
+        out.append("  minimal cause of each split (bisect --runtime vllm, request 0):")
+    for r in shrunk:
+        m = r["vllm"]["minimal_cause"]
+        if "error" in m:
+            out.append("    run %d: not shrunk: %s" % (r["index"], m["error"].splitlines()[-1]))
+        elif not m.get("searches"):
+            out.append("    run %d (%s): no co-request: %s" % (r["index"], r["vllm"]["setting"],
+                                                              m["note"]))
+        else:
+            out.append("    run %d (%s): %s; %d replays, %.0f s" % (
+                r["index"], r["vllm"]["setting"], "; ".join(
+                    "%s at step %s: co-request%s %s of %d%s" % (
+                        x["kind"], x["step"], "" if len(x["minimal"]) == 1 else "s",
+                        ",".join(map(str, x["minimal"])) or "none", r["co_requests"],
+                        "" if x["one_minimal"] else " (budget spent)")
+                    for x in m["searches"]), m["replays"], m["seconds"]))
     first = next((r for r in s["results"] if r["vllm"]["rows_differ"]), None)
     if first:
         out.append("  first difference: run %d (%s), %s%s, step %d, site %s; trace %s"
@@ -307,6 +350,10 @@ def main(argv=None):
     ap.add_argument("--prefix", default="off,on", help="prefix caching values drawn")
     ap.add_argument("--capture", default="layers", choices=["none", "layers", "all"])
     ap.add_argument("--keep-all", action="store_true", help="keep every run's trace")
+    ap.add_argument("--shrink", action=argparse.BooleanOptionalAction, default=True,
+                    help="bisect each split to its smallest set of co-requests (default on)")
+    ap.add_argument("--shrink-replays", type=int, default=24,
+                    help="replay budget of each shrink (llmrr bisect --max-replays)")
     ap.add_argument("--run", type=int, action="append",
                     help="only this drawn run (repeatable): the same draws as without it, so "
                          "one run of a campaign is recorded again, with the target alone under "
@@ -416,6 +463,10 @@ def main(argv=None):
                           "others": others}}
         results.append(entry)
     completions[baseline] = outs[-1]["target"]
+    if a.shrink:
+        for e in results:
+            if e["verdict"] != "identical" and not e["vllm"]["solo"] and e["vllm"]["trace"]:
+                e["vllm"]["minimal_cause"] = shrink(a, binary, e["vllm"]["trace"], work)
     s = summarize(a, space, results, completions, baseline, time.time() - t0)
     s["vllm"]["reference_trace"] = ref
     s["vllm"]["traces_deleted"] = deleted

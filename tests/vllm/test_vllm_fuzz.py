@@ -3,6 +3,7 @@
 8 drawn runs over two engine settings (max_num_batched_tokens 256 and 16: the second chunks
 the prefills) plus the target alone under each: the summary (json and text) is written, its
 counts add up, every run was verified and compared with the reference trace by `llmrr diff`,
+every split of a drawn run was shrunk by `llmrr bisect --runtime vllm` to its co-requests,
 the traces of identical runs are gone and those of splits are kept and verify. Bad input is
 refused with exit 2 and nothing written."""
 import json
@@ -82,6 +83,21 @@ class VllmFuzz(unittest.TestCase):
                                      + v["first_split_site"])
                 else:
                     self.assertRegex(out, r"split")
+        # Every split of a drawn run is shrunk by bisect to its co-requests (or the setting).
+        shrunk = 0
+        for r in drawn:
+            m = r["vllm"].get("minimal_cause")
+            if r["verdict"] == "identical":
+                self.assertIsNone(m)
+                continue
+            self.assertIsNotNone(m, "run %d split and was not shrunk" % r["index"])
+            self.assertNotIn("error", m)
+            for x in m.get("searches", []):
+                self.assertTrue(set(x["minimal"]) <= set(range(1, r["co_requests"] + 1)), x)
+            shrunk += 1
+        if shrunk:
+            self.assertIn("minimal cause of each split (bisect --runtime vllm, request 0):", text)
+        print("%d splits shrunk" % shrunk)
         self.assertEqual(s["vllm"]["rows_differ"],
                          sum(1 for r in results if r["vllm"]["rows_differ"]))
         self.assertEqual(s["vllm"]["traces_deleted"], len(results) - kept)
@@ -96,6 +112,39 @@ class VllmFuzz(unittest.TestCase):
         p = fuzz(MODEL, "--mbt", "4", "-o", os.path.join(WORK, "bad"))
         self.assertEqual(p.returncode, 2)
         self.assertIn("must be >= max_num_seqs", p.stderr)
+
+
+class VllmFuzzShrink(unittest.TestCase):
+    """A one-layer SmolLM2-shaped model (its first layer's output moves with the batch, as
+    the 4-layer study found): 4 drawn runs, each split shrunk to its co-requests."""
+
+    def test_splits_are_shrunk_to_their_co_requests(self):
+        model = os.path.join(WORK, "smol1")
+        subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), model,
+                        "smollm2:1"], check=True, capture_output=True)
+        out = os.path.join(WORK, "fz-shrink")
+        p = fuzz(model, "--runs", "4", "--seed", "1", "--max-tokens", "4", "--mbt", "256",
+                 "--prefix", "off", "--max-co-requests", "4", "--max-prompt", "24",
+                 "--shrink-replays", "8", "-o", out)
+        self.assertEqual(p.returncode, 0, p.stderr[-4000:])
+        with open(os.path.join(out, "summary.json")) as f:
+            s = json.load(f)
+        splits = [r for r in s["results"] if r["verdict"] != "identical"
+                  and not r["vllm"]["solo"]]
+        self.assertGreaterEqual(len(splits), 2, "the draw must split (it did 3 of 4)")
+        minimal = 0
+        for r in splits:
+            m = r["vllm"]["minimal_cause"]
+            self.assertNotIn("error", m)
+            for x in m["searches"]:
+                self.assertEqual(x["kind"], "numerical")
+                self.assertTrue(x["minimal"])
+                self.assertTrue(set(x["minimal"]) <= set(range(1, r["co_requests"] + 1)))
+                minimal += x["one_minimal"] and len(x["minimal"]) < r["co_requests"]
+            self.assertRegex(p.stdout, r"run %d \(mbt256\): numerical at step \d+: co-requests? "
+                             % r["index"])
+        self.assertGreater(minimal, 0, "at least one split narrowed to fewer co-requests")
+        print(p.stdout)
 
 
 if __name__ == "__main__":
