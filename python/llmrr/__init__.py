@@ -6,8 +6,8 @@ from ._lib import (CAPTURE, DTYPE_BF16, DTYPE_F16, DTYPE_F32, LlmrrError, librar
 from ._json import JsonNestingError
 from .reader import Table, Trace, open  # noqa: A004
 from .recorder import Recorder
+from ._version import __version__ as __version__
 
-__version__ = "0.1.0"
 __all__ = ["open", "Trace", "Table", "Recorder", "LlmrrError", "JsonNestingError", "site_name",
            "site_pack", "library_path", "DTYPE_F32", "DTYPE_BF16", "DTYPE_F16", "CAPTURE"]
 

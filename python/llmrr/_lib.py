@@ -8,6 +8,8 @@ Where the library is found, first hit wins:
   3. build/*/recorder/libllmrr_recorder_c.so above this file (a checkout, editable install);
   4. the dynamic linker's search path (libllmrr_recorder_c.so installed system-wide).
 """
+from __future__ import annotations
+
 import ctypes
 import glob
 import os
@@ -119,7 +121,7 @@ class Routing(ctypes.Structure):
 class LlmrrError(RuntimeError):
     """A failed llmrr call: .code is the stable llmrr error code, str() its message."""
 
-    def __init__(self, code, message):
+    def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -141,16 +143,15 @@ def _candidates():
     yield LIB_NAME
 
 
-_lib = None
+_lib: ctypes.CDLL | None = None
 
 
-def library_path():
+def library_path() -> str:
     """The path of the library the package uses (loads it if needed)."""
-    lib()
-    return _lib._name
+    return lib()._name
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     """The loaded library, with argument and result types set."""
     global _lib
     if _lib is not None:
@@ -246,12 +247,12 @@ def error_name(code):
     return lib().llmrr_error_name(code).decode()
 
 
-def site_name(packed):
+def site_name(packed: int) -> str:
     """'L3.mlp.down' for a packed site (as traces store them); '' for an invalid one."""
     return lib().llmrr_site_name(int(packed)).decode()
 
 
-def site_pack(name):
+def site_pack(name: str) -> int:
     """The packed form of a site name; ValueError for a name llmrr does not know."""
     ok = ctypes.c_int(0)
     v = lib().llmrr_site_pack(name.encode(), ctypes.byref(ok))

@@ -25,7 +25,7 @@ _P = (0x61C88647, 0x2545F491)
 _S = (0x1B873593, 0x27D4EB2F)
 _M1, _M2 = 0x7FEB352D, 0x68E31DA5
 _MASK = 0xFFFFFFFF
-_idx_cache = {}
+_idx_cache: dict[tuple[int, str], torch.Tensor] = {}
 
 
 def _lane_terms(n, device):

@@ -10,8 +10,12 @@ a trace without footer (a crashed writer) is recovered the same way.
     t.logits["top_ids"]                  # (n, K) int32, -1 where a row has fewer than K
     t.routing["expert"]                  # one row per (step, layer, batch row, rank)
 """
+from __future__ import annotations
+
 import ctypes
+import os
 import re
+from typing import Any
 
 import numpy as np
 
@@ -30,18 +34,18 @@ _SITE_COLUMNS = {("plans", "site"), ("fingerprints", "site")}
 class Table:
     """Columns of equal length: t["col"] or t.col is a numpy array."""
 
-    def __init__(self, name, columns):
+    def __init__(self, name: str, columns: dict[str, np.ndarray]) -> None:
         self.name = name
         self._cols = columns
 
-    def __getitem__(self, column):
+    def __getitem__(self, column: str) -> np.ndarray:
         try:
             return self._cols[column]
         except KeyError:
             raise KeyError("table %r has no column %r (columns: %s)" %
                            (self.name, column, ", ".join(self._cols))) from None
 
-    def __getattr__(self, column):
+    def __getattr__(self, column: str) -> np.ndarray:
         if column.startswith("_"):
             raise AttributeError(column)
         try:
@@ -49,16 +53,16 @@ class Table:
         except KeyError:
             raise AttributeError("table %r has no column %r" % (self.name, column)) from None
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(next(iter(self._cols.values()))) if self._cols else 0
 
-    def __contains__(self, column):
+    def __contains__(self, column: object) -> bool:
         return column in self._cols
 
-    def columns(self):
+    def columns(self) -> list[str]:
         return list(self._cols)
 
-    def where(self, **conditions):
+    def where(self, **conditions: Any) -> Table:
         """The rows where every column equals the given value; site= takes a site name."""
         mask = np.ones(len(self), dtype=bool)
         for column, value in conditions.items():
@@ -67,7 +71,7 @@ class Table:
             mask &= self[column] == value
         return Table(self.name, {k: v[mask] for k, v in self._cols.items()})
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<llmrr table %s: %d rows; %s>" % (self.name, len(self), ", ".join(self._cols))
 
 
@@ -75,7 +79,9 @@ class Trace:
     """An opened trace. Tables: requests, steps, segments, plans, fingerprints, routing,
     logits, tokens, finishes, kernels (llmrr/reader.h lists their columns)."""
 
-    def __init__(self, path):
+    header: dict[str, Any]
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         L = _lib.lib()
         self.path = str(path)
         self._h = ctypes.c_void_p()
@@ -153,7 +159,7 @@ class Trace:
         if rc != _lib.OK:
             raise _lib.LlmrrError(rc, _lib.lib().llmrr_reader_last_error().decode())
 
-    def __getattr__(self, table):
+    def __getattr__(self, table: str) -> Table:
         if table.startswith("_"):
             raise AttributeError(table)
         try:
@@ -162,23 +168,23 @@ class Trace:
             raise AttributeError("a trace has no table %r (tables: %s)" %
                                  (table, ", ".join(self._tables))) from None
 
-    def tables(self):
+    def tables(self) -> list[str]:
         return list(self._tables)
 
     @property
-    def complete(self):
+    def complete(self) -> bool:
         return bool(self.header["complete"])
 
     @property
-    def lossy(self):
+    def lossy(self) -> bool:
         return bool(self.header["lossy"])
 
-    def generated(self, request):
+    def generated(self, request: int) -> np.ndarray:
         """The tokens recorded for `request`, in position order."""
         t = self._tables["tokens"].where(request=request)
         return t["token"][np.argsort(t["position"], kind="stable")]
 
-    def blob(self, blob_id):
+    def blob(self, blob_id: int) -> bytes:
         """The decoded bytes of tensor blob `blob_id` (e.g. a logits row with --logits full)."""
         L = _lib.lib()
         size = ctypes.c_size_t()
@@ -188,34 +194,34 @@ class Trace:
                                         ctypes.byref(size)))
         return buf.raw[:size.value]
 
-    def verify(self):
+    def verify(self) -> None:
         """Full verification, as `llmrr verify`; raises LlmrrError on the first problem."""
         self._check(_lib.lib().llmrr_reader_verify(self._h))
 
-    def close(self):
+    def close(self) -> None:
         if self._h:
             _lib.lib().llmrr_reader_close(self._h)
             self._h = ctypes.c_void_p()
 
-    def __enter__(self):
+    def __enter__(self) -> Trace:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<llmrr trace %s: %d steps, %d requests, %d tokens>" % (
             self.path, len(self._tables["steps"]), len(self._tables["requests"]),
             len(self._tables["tokens"]))
 
 
-def open(path):  # noqa: A001 - the package's entry point is llmrr.open, like io.open
+def open(path: str | os.PathLike[str]) -> Trace:  # noqa: A001 - the package's entry point is llmrr.open, like io.open
     """Opens and reads the trace at `path`. Raises llmrr.LlmrrError on a bad trace, and
     llmrr.JsonNestingError (an LlmrrError and a ValueError naming the path) when JSON in it
     nests deeper than 64 levels."""

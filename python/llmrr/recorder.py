@@ -13,14 +13,17 @@ Rows are passed as a host address (numpy .ctypes.data, torch .data_ptr()): the l
 copies what it needs before the call returns (the buffer may be reused at once). Every call
 raises LlmrrError with llmrr's message on failure.
 """
+from __future__ import annotations
+
 import ctypes
 import os
+from typing import Any, Sequence
 
 from . import _lib
 from ._lib import LlmrrError
 
 
-def inline_steps(host_rows):
+def inline_steps(host_rows: bool) -> int:
     """config.inline_steps for a runtime: 1 (rows fingerprinted where they are, each step
     completed on the calling thread) when its rows live on the host, whose cores its own
     threads fill; 0 (the library's thread) for a GPU runtime, whose host cores are free.
@@ -32,13 +35,13 @@ def inline_steps(host_rows):
 
 
 class Recorder:
-    def __init__(self, path, **config):
+    def __init__(self, path: str | os.PathLike[str], **config: Any) -> None:
         L = _lib.lib()
         self._L = L
         cfg = _lib.Config()
         L.llmrr_recorder_config_init(ctypes.byref(cfg))
-        self._keep = []  # strings must outlive the open call
-        fields = {name for name, _ in _lib.Config._fields_} - {"struct_size"}
+        self._keep: list[bytes] = []  # strings must outlive the open call
+        fields = {f[0] for f in _lib.Config._fields_} - {"struct_size"}
         for key, value in config.items():
             if key not in fields:
                 raise TypeError("llmrr.Recorder: unknown setting %r (llmrr_recorder_config has %s)"
@@ -59,17 +62,18 @@ class Recorder:
         self._h = ctypes.c_void_p()
         self._check(L.llmrr_recorder_open(self.path.encode(), ctypes.byref(cfg),
                                           ctypes.byref(self._h)), "open " + self.path)
-        self._wants = {}
-        self._site_bytes = {}  # host_rows: site name -> its bytes, encoded once
+        self._wants: dict[str, bool] = {}
+        self._site_bytes: dict[str, bytes] = {}  # host_rows: site name -> its bytes, encoded once
         self._record_rows = L.llmrr_recorder_record_rows
 
-    def _check(self, rc, what):
+    def _check(self, rc: int, what: str) -> None:
         if rc != _lib.OK:
             raise LlmrrError(rc, "%s: %s (%d): %s" % (what, _lib.error_name(rc), rc,
                                                       self._L.llmrr_recorder_last_error().decode()))
 
-    def add_request(self, rid, prompt, max_tokens, label="", temperature=0.0, top_k=0,
-                    top_p=1.0, seed=0, stop_at_eos=True, arrival_step=0):
+    def add_request(self, rid: int, prompt: Sequence[int], max_tokens: int, label: str = "",
+                    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                    stop_at_eos: bool = True, arrival_step: int = 0) -> None:
         prompt = [int(t) for t in prompt]
         ids = (ctypes.c_int32 * max(1, len(prompt)))(*prompt)
         lab = label.encode()
@@ -80,12 +84,12 @@ class Recorder:
         self._check(self._L.llmrr_recorder_add_request(self._h, ctypes.byref(req)),
                     "add_request %d" % rid)
 
-    def begin_step(self, step, segments):
+    def begin_step(self, step: int, segments: Sequence[dict[str, int]]) -> None:
         arr = (_lib.Segment * max(1, len(segments)))(*[_lib.Segment(**s) for s in segments])
         self._check(self._L.llmrr_recorder_begin_step(self._h, step, arr, len(segments)),
                     "begin_step %d" % step)
 
-    def wants_rows(self, site):
+    def wants_rows(self, site: str) -> bool:
         v = self._wants.get(site)
         if v is None:
             v = self._L.llmrr_recorder_wants_rows(self._h, site.encode())
@@ -94,14 +98,15 @@ class Recorder:
             v = self._wants[site] = v == 1
         return v
 
-    def rows(self, site, address, dtype, rows, cols, ld=0, batch_rows=None):
+    def rows(self, site: str, address: int | None, dtype: int, rows: int, cols: int, ld: int = 0,
+             batch_rows: Sequence[int] | None = None) -> None:
         br = None
         if batch_rows is not None:
             br = (ctypes.c_int32 * len(batch_rows))(*[int(b) for b in batch_rows])
         self._check(self._L.llmrr_recorder_record_rows(self._h, site.encode(), address, dtype, rows,
                                                        cols, ld, br), "rows " + site)
 
-    def host_rows(self, site, x, rows):
+    def host_rows(self, site: str, x: Any, rows: int) -> bool:
         """The hot path of a host runtime's row hooks, a few microseconds a call: the first
         `rows` rows of the CPU tensor x, viewed as [-1, x.shape[-1]], at `site`. The library
         fingerprints them where they are when each row is contiguous; otherwise (or for a
@@ -127,7 +132,8 @@ class Recorder:
             self._check(rc, "rows " + site)
         return True
 
-    def fingerprints(self, site, hashes, l2, max_abs, cols, batch_rows=None):
+    def fingerprints(self, site: str, hashes: Any, l2: Any, max_abs: Any, cols: int,
+                     batch_rows: Sequence[int] | None = None) -> None:
         """Rows whose fingerprints were made where they live (a recorder opened with
         fingerprint="mixsum64"; llmrr.fingerprint computes them): numpy uint64 hashes and
         float32 l2 / max |x| (or None), one per row of `cols` elements."""
@@ -143,8 +149,9 @@ class Recorder:
             None if l2 is None else l2.ctypes.data, None if mx is None else mx.ctypes.data,
             len(hashes), cols, br), "fingerprints " + site)
 
-    def routing(self, layer, rows, k, experts_total, chosen, experts=None, gates=None,
-                outcome=None, capacity=0):
+    def routing(self, layer: int, rows: int, k: int, experts_total: int, chosen: int | None,
+                experts: int | None = None, gates: int | None = None,
+                outcome: int | None = None, capacity: int = 0) -> None:
         """chosen / experts: int32 host addresses (rows x k); gates: float32; outcome: uint8."""
         r = _lib.Routing(layer=layer, rows=rows, k=k, experts_total=experts_total,
                          capacity=capacity, chosen=chosen, experts=experts, gates=gates,
@@ -152,41 +159,42 @@ class Recorder:
         self._check(self._L.llmrr_recorder_record_routing(self._h, ctypes.byref(r)),
                     "routing L%d" % layer)
 
-    def logits(self, request, position, batch_row, address, dtype, vocab):
+    def logits(self, request: int, position: int, batch_row: int, address: int | None,
+               dtype: int, vocab: int) -> None:
         self._check(self._L.llmrr_recorder_record_logits(self._h, request, position, batch_row,
                                                          address, dtype, vocab), "logits")
 
-    def token(self, request, position, token, uniform=-1.0):
+    def token(self, request: int, position: int, token: int, uniform: float = -1.0) -> None:
         self._check(self._L.llmrr_recorder_record_token(self._h, request, position, token, uniform),
                     "token")
 
-    def finish(self, request, reason, generated):
+    def finish(self, request: int, reason: int, generated: int) -> None:
         self._check(self._L.llmrr_recorder_record_finish(self._h, request, reason, generated),
                     "finish")
 
-    def end_step(self):
+    def end_step(self) -> None:
         self._check(self._L.llmrr_recorder_end_step(self._h), "end_step")
 
-    def mark_lossy(self, reason):
+    def mark_lossy(self, reason: object) -> None:
         """Marks the trace lossy with `reason` (records are missing or wrong); recording goes
         on. The first reason wins; `llmrr verify` and `inspect` print it."""
         self._check(self._L.llmrr_recorder_mark_lossy(self._h, str(reason).encode()),
                     "mark_lossy")
 
-    def discard_step(self, reason):
+    def discard_step(self, reason: object) -> None:
         """Drops the open step (nothing of it is written) and marks the trace lossy with
         `reason`; its arrivals come with the next step."""
         self._check(self._L.llmrr_recorder_discard_step(self._h, str(reason).encode()),
                     "discard_step")
 
-    def close(self):
+    def close(self) -> None:
         if self._h:
             rc = self._L.llmrr_recorder_close(self._h)
             self._h = ctypes.c_void_p()
             self._check(rc, "close " + self.path)
 
-    def __enter__(self):
+    def __enter__(self) -> Recorder:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

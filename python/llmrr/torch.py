@@ -64,6 +64,7 @@ import torch
 from . import _lib
 from . import fingerprint as _fingerprint
 from . import recorder as _recorder_mod
+from ._version import __version__
 from .recorder import Recorder
 
 PADDING_REQUEST = 0xFFFFFFFF  # request id of the "padding" rows
@@ -145,8 +146,9 @@ class _HookRecorder:
                  "attn_implementation": getattr(cfg, "_attn_implementation", None),
                  "torch_threads": torch.get_num_threads()}
         return dict(
-            tool_version="llmrr.torch 0.1 (torch %s%s)" % (torch.__version__,
-                                                           ", transformers %s" % tf if tf else ""),
+            tool_version="llmrr.torch %s (torch %s%s)" % (
+                ".".join(__version__.split(".")[:2]), torch.__version__,
+                ", transformers %s" % tf if tf else ""),
             model_name=str(getattr(cfg, "_name_or_path", "") or type(model).__name__),
             architecture=str(getattr(cfg, "model_type", "") or type(model).__name__),
             weight_dtype=dtype, compute_dtype=dtype,
@@ -240,9 +242,9 @@ class _HookRecorder:
         if module is None or not self.rec.wants_rows(site):
             return
         if inputs:
-            def hook(mod, args):
+            def pre_hook(mod, args):
                 self._safe(self._record_rows, site, args[0] if args else None)
-            self.handles.append(module.register_forward_pre_hook(hook))
+            self.handles.append(module.register_forward_pre_hook(pre_hook))
         else:
             def hook(mod, args, out):
                 if heads and torch.is_tensor(out):
@@ -382,7 +384,7 @@ class _HookRecorder:
                 r = self.requests[b]
                 if r["live"]:
                     self._token(r, pos + 1, int(seq[b, -1]))
-        for b, r in self.requests.items():
+        for r in self.requests.values():
             if r["live"] and r["arrived"]:
                 self.rec.finish(r["id"], reason, r["generated"])
                 r["live"] = False

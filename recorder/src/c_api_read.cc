@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "llmrr/format/run_header_json.h"
 #include "llmrr/format/status.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/runtime/site.h"
@@ -121,55 +122,7 @@ namespace {
 
 Result<nlohmann::json> header_json(const trace::TraceReader& r) {
   const trace::RunHeader& h = r.run_header();
-  nlohmann::json j;
-  j["format_major"] = r.format_major();
-  j["format_minor"] = r.format_minor();
-  j["tool_version"] = h.tool_version;
-  j["created_unix_ns"] = h.created_unix_ns;
-  j["run_id"] = h.run_id;
-  j["host"] = {{"hostname", h.host.hostname},
-               {"os", h.host.os},
-               {"cpu", h.host.cpu},
-               {"cores", h.host.cores},
-               {"isa", h.host.isa}};
-  j["device"] = {{"kind", h.device.kind},
-                 {"name", h.device.name},
-                 {"compute_capability", h.device.compute_capability},
-                 {"driver", h.device.driver},
-                 {"memory_bytes", h.device.memory_bytes},
-                 {"sm_count", h.device.sm_count}};
-  const trace::ModelInfo& m = h.model;
-  j["model"] = {{"name", m.name},
-                {"path", m.path},
-                {"architecture", m.architecture},
-                {"weight_hash", m.weight_hash},
-                {"weight_dtype", m.weight_dtype},
-                {"compute_dtype", m.compute_dtype},
-                {"layers", m.layers},
-                {"hidden", m.hidden},
-                {"vocab", m.vocab},
-                {"heads", m.heads},
-                {"kv_heads", m.kv_heads},
-                {"experts", m.experts},
-                {"experts_per_token", m.experts_per_token}};
-  const trace::EngineConfig& e = h.engine;
-  j["engine"] = {{"policy", e.policy},
-                 {"virtual_sms", e.virtual_sms},
-                 {"blocks_per_sm", e.blocks_per_sm},
-                 {"threads", e.threads},
-                 {"max_batch_tokens", e.max_batch_tokens},
-                 {"max_seqs", e.max_seqs},
-                 {"prefill_chunk", e.prefill_chunk},
-                 {"kv_block_size", e.kv_block_size},
-                 {"capacity_factor", e.capacity_factor},
-                 {"overflow", trace::overflow_policy_name(e.overflow)},
-                 {"atomics", e.atomics},
-                 {"seed", e.seed},
-                 {"load", e.load},
-                 {"capture", trace::capture_level_name(e.capture)},
-                 {"logits_mode", trace::logits_mode_name(e.logits_mode)},
-                 {"top_k", e.top_k},
-                 {"fingerprint", trace::fingerprint_kind(e)}};
+  nlohmann::json j = trace::run_header_json(h);
   // extra_config_json is the producer's own JSON object; pass it through when it parses
   // (else as the string it is), but never past safeio's caps: a document nested 100,000 deep
   // would be dumped back recursively, and Python's json.loads would recurse into it too.
@@ -188,7 +141,6 @@ Result<nlohmann::json> header_json(const trace::TraceReader& r) {
         llmrr::safeio::parse_json_object(h.extra_config_json, where, ErrorCode::kSemantic);
     if (extra.ok()) j["extra_config"] = std::move(extra).value();
   }
-  j["command_line"] = h.command_line;
   j["complete"] = r.complete();
   j["lossy"] = r.lossy();
   j["lossy_reason"] = r.lossy_reason();

@@ -7,6 +7,7 @@
 
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/format/trace_writer.h"
+#include "llmrr/replayer/diff.h"
 #include "llmrr/replayer/diff_kernels.h"
 #include "run_cli.h"
 #include "test_common.h"
@@ -203,6 +204,36 @@ TEST(DiffKernelsCli, ExitCodesTextAndJson) {
   EXPECT_EQ(j["only_b"][1], kSplitK);
   auto missing = run_llmrr({"diff", m1, dir.file("none.trace")});
   EXPECT_EQ(missing.exit_code, 2);
+}
+
+// diff_traces on two kernel-only traces: one result holding the kernel diff alone, which
+// render_diff writes as the kernel diff's own text and JSON (what `llmrr diff` prints).
+TEST(DiffKernels, DiffTracesCarriesTheKernelReport) {
+  test::TempDir dir("llmrr-kdiff");
+  const std::string m1 = dir.file("m1.trace"), m64 = dir.file("m64.trace");
+  write_trace(m1, run_m1());
+  write_trace(m64, run_m64());
+  auto d = replay::diff_traces(m1, m64);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_FALSE(d->engine);
+  ASSERT_TRUE(d->kernels.has_value());
+  EXPECT_FALSE(d->identical());
+  auto k = replay::diff_kernel_traces(m1, m64);
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(replay::render_diff(*d, false), replay::format_kernel_diff(*k));
+  EXPECT_EQ(replay::render_diff(*d, true), replay::kernel_diff_json(*k) + "\n");
+  auto same = replay::diff_traces(m1, m1);
+  ASSERT_TRUE(same.ok());
+  EXPECT_TRUE(same->identical());
+  // A trace with neither steps nor kernel records is refused, whichever side it is on.
+  const std::string empty = dir.file("empty.trace");
+  write_trace(empty, {});
+  for (auto [x, y] : {std::pair{m1, empty}, std::pair{empty, m1}}) {
+    auto e = replay::diff_traces(x, y);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().message().find(empty + ": holds no whole step"), std::string::npos)
+        << e.status().to_string();
+  }
 }
 
 TEST(KernelTraceCli, InspectDumpVerifyHandleKernelOnlyTraces) {

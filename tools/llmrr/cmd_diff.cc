@@ -5,14 +5,12 @@
 // (batch composition, the plans of the ops feeding that site, expert routing, arrival-order
 // reductions). Exit 0 identical, 1 differ, 2 bad input, 3 internal error.
 #include <cstdio>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/cli.h"
 #include "cli/trace_input.h"
 #include "llmrr/replayer/diff.h"
-#include "llmrr/replayer/diff_kernels.h"
 #include "llmrr/runtime/model.h"
 #include "llmrr/safeio/input.h"
 
@@ -86,40 +84,8 @@ int run_diff_command(int argc, char** argv) {
                                               std::to_string(paths.size())));
   }
   if (o.model.empty() && !in_a->model.empty()) o.model = in_a->model;
-  // A trace with nothing to compare (killed before its first step chunk) is bad input, not
-  // a difference.
-  for (const std::string& p : paths) {
-    Result<replay::TraceContent> c = replay::trace_content(p);
-    if (c.ok() && !c->engine_steps && !c->kernel_records) {
-      return cli::report("diff", make_error(ErrorCode::kSemantic,
-                                            p + ": holds no whole step (the recording stopped "
-                                                "before its first step chunk): nothing to diff"));
-    }
-  }
-  // Kernel sequences (llmrr record-cuda traces): alone when neither trace has engine steps.
-  std::optional<replay::KernelDiffReport> kd;
-  if (auto ca = replay::trace_content(paths[0]), cb = replay::trace_content(paths[1]);
-      ca.ok() && cb.ok() && ca->kernel_records && cb->kernel_records) {
-    auto k = replay::diff_kernel_traces(paths[0], paths[1]);
-    if (!k.ok()) return cli::report("diff", k.status());
-    kd = std::move(*k);
-    if (!ca->engine_steps && !cb->engine_steps) {
-      std::fputs(json ? (replay::kernel_diff_json(*kd) + "\n").c_str()
-                      : replay::format_kernel_diff(*kd).c_str(),
-                 stdout);
-      return kd->identical() ? 0 : 1;
-    }
-  }
   Result<replay::DiffReport> r = replay::diff_traces(paths[0], paths[1], o);
   if (!r.ok()) return cli::report("diff", r.status());
-  if (json) {
-    std::string out = replay::diff_report_json(*r);
-    if (kd)
-      out = out.substr(0, out.rfind('}')) + ",\"kernels\":" + replay::kernel_diff_json(*kd) + "}";
-    std::printf("%s\n", out.c_str());
-  } else {
-    std::fputs(replay::format_diff_story(*r, explained).c_str(), stdout);
-    if (kd) std::fputs(("\n" + replay::format_kernel_diff(*kd)).c_str(), stdout);
-  }
-  return r->identical() && (!kd || kd->identical()) ? 0 : 1;
+  std::fputs(replay::render_diff(*r, json, explained).c_str(), stdout);
+  return r->identical() ? 0 : 1;
 }

@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/trace_input.h"
 #include "cli/trace_text.h"
+#include "llmrr/format/run_header_json.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/safeio/json.h"
 
@@ -66,65 +67,6 @@ bool is_step_kind(const std::string& k) {
   return k != "run_header" && k != "blobs" && k != "kernels";
 }
 
-nlohmann::json header_json(const RunHeader& h) {
-  using nlohmann::json;
-  return json{
-      {"format", std::to_string(h.format_major) + "." + std::to_string(h.format_minor)},
-      {"tool_version", h.tool_version},
-      {"created_unix_ns", h.created_unix_ns},
-      {"run_id", h.run_id},
-      {"command_line", h.command_line},
-      {"host",
-       {{"hostname", h.host.hostname},
-        {"os", h.host.os},
-        {"cpu", h.host.cpu},
-        {"cores", h.host.cores},
-        {"isa", h.host.isa}}},
-      {"device",
-       {{"kind", h.device.kind},
-        {"name", h.device.name},
-        {"compute_capability", h.device.compute_capability},
-        {"driver", h.device.driver},
-        {"memory_bytes", h.device.memory_bytes},
-        {"sm_count", h.device.sm_count},
-        {"runtime", h.device.runtime},
-        {"cublaslt", h.device.cublaslt}}},
-      {"model",
-       {{"name", h.model.name},
-        {"path", h.model.path},
-        {"architecture", h.model.architecture},
-        {"weight_hash", h.model.weight_hash},
-        {"weight_dtype", h.model.weight_dtype},
-        {"compute_dtype", h.model.compute_dtype},
-        {"layers", h.model.layers},
-        {"hidden", h.model.hidden},
-        {"vocab", h.model.vocab},
-        {"heads", h.model.heads},
-        {"kv_heads", h.model.kv_heads},
-        {"experts", h.model.experts},
-        {"experts_per_token", h.model.experts_per_token}}},
-      {"engine",
-       {{"policy", h.engine.policy},
-        {"virtual_sms", h.engine.virtual_sms},
-        {"blocks_per_sm", h.engine.blocks_per_sm},
-        {"threads", h.engine.threads},
-        {"max_batch_tokens", h.engine.max_batch_tokens},
-        {"max_seqs", h.engine.max_seqs},
-        {"prefill_chunk", h.engine.prefill_chunk},
-        {"kv_block_size", h.engine.kv_block_size},
-        {"capacity_factor", h.engine.capacity_factor},
-        {"overflow", overflow_policy_name(h.engine.overflow)},
-        {"atomics", h.engine.atomics},
-        {"seed", h.engine.seed},
-        {"load", h.engine.load},
-        {"capture", capture_level_name(h.engine.capture)},
-        {"logits_mode", logits_mode_name(h.engine.logits_mode)},
-        {"top_k", h.engine.top_k},
-        {"fingerprint", fingerprint_kind(h.engine)}}},
-      {"extra_config_json", h.extra_config_json},
-  };
-}
-
 int print_json(const TraceReader& r) {
   using nlohmann::json;
   const Sizes sz = frame_sizes(r);
@@ -137,7 +79,10 @@ int print_json(const TraceReader& r) {
   j["lossy"] = r.lossy();
   j["lossy_reason"] = r.lossy_reason();
   j["warnings"] = r.warnings();
-  j["run_header"] = header_json(r.run_header());
+  const RunHeader& h = r.run_header();
+  j["run_header"] = run_header_json(h);
+  // "M.m" as inspect has always written it, beside run_header_json's format_major / _minor.
+  j["run_header"]["format"] = std::to_string(h.format_major) + "." + std::to_string(h.format_minor);
   j["steps"] = r.step_count();
   j["first_step"] = r.first_step();
   j["last_step"] = r.last_step();

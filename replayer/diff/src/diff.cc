@@ -14,6 +14,8 @@ namespace llmrr::replay {
 using namespace diff_internal;
 
 bool DiffReport::identical() const {
+  if (kernels && !kernels->identical()) return false;
+  if (!engine) return kernels.has_value();
   if (requests.empty()) return false;
   for (const RequestDiff& r : requests) {
     if (r.verdict != Verdict::kIdentical) return false;
@@ -23,11 +25,37 @@ bool DiffReport::identical() const {
 
 Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_path,
                                const DiffOptions& o) {
-  ASSIGN_OR_RETURN(std::unique_ptr<trace::TraceReader> a, trace::TraceReader::open(a_path));
-  ASSIGN_OR_RETURN(std::unique_ptr<trace::TraceReader> b, trace::TraceReader::open(b_path));
+  Result<std::unique_ptr<trace::TraceReader>> open_a = trace::TraceReader::open(a_path);
+  Result<std::unique_ptr<trace::TraceReader>> open_b = trace::TraceReader::open(b_path);
+  // A trace with nothing to compare (killed before its first step chunk) is bad input, not
+  // a difference; said before either trace's own error.
+  for (const Result<std::unique_ptr<trace::TraceReader>>* r : {&open_a, &open_b}) {
+    if (!r->ok()) continue;
+    TraceContent c = trace_content(***r);
+    if (!c.engine_steps && !c.kernel_records) {
+      return make_error(ErrorCode::kSemantic,
+                        (**r)->path() +
+                            ": holds no whole step (the recording stopped before its "
+                            "first step chunk): nothing to diff");
+    }
+  }
+  if (!open_a.ok()) return open_a.status();
+  if (!open_b.ok()) return open_b.status();
+  std::unique_ptr<trace::TraceReader> a = std::move(open_a).value();
+  std::unique_ptr<trace::TraceReader> b = std::move(open_b).value();
   DiffReport rep;
   rep.a_path = a_path;
   rep.b_path = b_path;
+  // Kernel sequences (llmrr record-cuda traces): alone when neither trace has engine steps.
+  const TraceContent content_a = trace_content(*a), content_b = trace_content(*b);
+  if (content_a.kernel_records && content_b.kernel_records) {
+    ASSIGN_OR_RETURN(KernelDiffReport k, diff_kernel_traces(*a, *b));
+    rep.kernels = std::move(k);
+    if (!content_a.engine_steps && !content_b.engine_steps) {
+      rep.engine = false;
+      return rep;
+    }
+  }
   rep.a_header = a->run_header();
   rep.b_header = b->run_header();
   rep.a_complete = a->complete();

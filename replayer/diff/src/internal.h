@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -22,6 +23,10 @@
 #include "llmrr/runtime/tokenizers.h"
 
 namespace llmrr::replay::diff_internal {
+
+// The JSON objects diff_report_json (render.cc) and kernel_diff_json (kernels.cc) dump.
+nlohmann::json diff_report_object(const DiffReport& report);
+nlohmann::json kernel_diff_object(const KernelDiffReport& report);
 
 // ---- pass 1: one streaming read per trace (scan.cc) -----------------------------------
 

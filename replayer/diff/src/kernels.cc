@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <unordered_map>
 
+#include "internal.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/safeio/json.h"
 
@@ -62,10 +64,8 @@ Result<std::string> step_source(const trace::RunHeader& h, const std::string& pa
   return std::string();
 }
 
-Status load(const std::string& path, Names* names, Loaded* out) {
-  auto r = trace::TraceReader::open(path);
-  if (!r.ok()) return r.status();
-  const trace::TraceReader& rd = **r;
+Status load(const trace::TraceReader& rd, Names* names, Loaded* out) {
+  const std::string& path = rd.path();
   KernelTraceSummary& s = out->summary;
   s.path = path;
   s.engine_steps = rd.step_count();
@@ -171,28 +171,34 @@ const char* kernel_difference_name(KernelDifference d) {
   return "unknown";
 }
 
-Result<TraceContent> trace_content(const std::string& path) {
-  auto r = trace::TraceReader::open(path);
-  if (!r.ok()) return r.status();
+TraceContent trace_content(const trace::TraceReader& r) {
   TraceContent c;
-  c.engine_steps = (*r)->step_count() > 0;
-  for (const trace::FrameInfo& f : (*r)->frames())
+  c.engine_steps = r.step_count() > 0;
+  for (const trace::FrameInfo& f : r.frames())
     if (f.kind == trace::FrameKind::kKernelRecords) c.kernel_records = true;
   return c;
 }
 
 Result<KernelTraceSummary> summarize_kernel_trace(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<trace::TraceReader> r, trace::TraceReader::open(path));
   Names names;
   Loaded l;
-  RETURN_IF_ERROR(load(path, &names, &l));
+  RETURN_IF_ERROR(load(*r, &names, &l));
   return l.summary;
 }
 
 Result<KernelDiffReport> diff_kernel_traces(const std::string& a_path, const std::string& b_path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<trace::TraceReader> a, trace::TraceReader::open(a_path));
+  ASSIGN_OR_RETURN(std::unique_ptr<trace::TraceReader> b, trace::TraceReader::open(b_path));
+  return diff_kernel_traces(*a, *b);
+}
+
+Result<KernelDiffReport> diff_kernel_traces(const trace::TraceReader& ra,
+                                            const trace::TraceReader& rb) {
   Names names;
   Loaded a, b;
-  RETURN_IF_ERROR(load(a_path, &names, &a));
-  RETURN_IF_ERROR(load(b_path, &names, &b));
+  RETURN_IF_ERROR(load(ra, &names, &a));
+  RETURN_IF_ERROR(load(rb, &names, &b));
   KernelDiffReport rep;
   rep.a = a.summary;
   rep.b = b.summary;
@@ -326,7 +332,7 @@ std::string format_kernel_diff(const KernelDiffReport& r) {
   return s;
 }
 
-std::string kernel_diff_json(const KernelDiffReport& r) {
+nlohmann::json diff_internal::kernel_diff_object(const KernelDiffReport& r) {
   using nlohmann::json;
   auto side = [](const KernelTraceSummary& t) {
     return json{{"path", t.path},
@@ -377,7 +383,12 @@ std::string kernel_diff_json(const KernelDiffReport& r) {
          {"only_a", r.only_a},
          {"only_b", r.only_b},
          {"notes", r.notes}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return j;
+}
+
+std::string kernel_diff_json(const KernelDiffReport& r) {
+  return diff_internal::kernel_diff_object(r).dump(-1, ' ', false,
+                                                   nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace llmrr::replay

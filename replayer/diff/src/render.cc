@@ -284,7 +284,7 @@ std::string format_diff_story(const DiffReport& r, int max_explained) {
   return out;
 }
 
-std::string diff_report_json(const DiffReport& r) {
+nlohmann::json diff_internal::diff_report_object(const DiffReport& r) {
   using nlohmann::json;
   auto fp = [](const trace::Fingerprint& f) {
     char b[24];
@@ -430,7 +430,26 @@ std::string diff_report_json(const DiffReport& r) {
     reqs.push_back(q);
   }
   j["requests"] = reqs;
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return j;
+}
+
+std::string diff_report_json(const DiffReport& r) {
+  return diff_report_object(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string render_diff(const DiffReport& r, bool json, int max_explained) {
+  if (!r.engine) {
+    return json ? kernel_diff_json(*r.kernels) + "\n" : format_kernel_diff(*r.kernels);
+  }
+  if (!json) {
+    std::string out = format_diff_story(r, max_explained);
+    if (r.kernels) out += "\n" + format_kernel_diff(*r.kernels);
+    return out;
+  }
+  // An ordered object keeps the engine report's (sorted) members first and "kernels" last.
+  nlohmann::ordered_json j(diff_report_object(r));
+  if (r.kernels) j["kernels"] = nlohmann::ordered_json(kernel_diff_object(*r.kernels));
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace llmrr::replay

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "internal.h"
+#include "llmrr/format/run_header_json.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/diff.h"
 #include "llmrr/runtime/site.h"
@@ -136,8 +137,18 @@ std::string runs_section(const std::vector<const TraceData*>& ts) {
                    : std::to_string(differing) + " recorded setting(s) differ (highlighted).") +
            "</p>";
   }
+  // Then the run header itself, every field (run_header_json, as inspect --json writes it).
+  std::string raw;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const char* name = ts.size() == 1 ? "trace" : i == 0 ? "A" : "B";
+    raw += std::string("<p>Run header of ") + name +
+           "</p><pre class=\"run-header text\" data-trace=\"" + name + "\">" +
+           esc(trace::run_header_json(ts[i]->header)
+                   .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)) +
+           "</pre>";
+  }
   out += "<table>" + head + brief + "</table><details><summary>Every recorded setting</summary>" +
-         "<table>" + head + all + "</table></details>";
+         "<table>" + head + all + "</table>" + raw + "</details>";
   return out + "</section>";
 }
 

@@ -1,7 +1,12 @@
 // Diff: where two runs of the same requests split, and why (DESIGN, data flow "diff A B").
 //
 //   ASSIGN_OR_RETURN(DiffReport d, diff_traces("a.trace", "b.trace", {}));
-//   std::cout << format_diff_story(d);
+//   std::cout << render_diff(d, /*json=*/false);
+//
+// Each trace is opened once. Traces that both hold kernel records (llmrr record-cuda,
+// diff_kernels.h) get their kernel sequences compared too, and alone when neither holds
+// engine steps; the report carries both, and render_diff writes them as text or one JSON
+// object.
 //
 // Two passes. The first streams both traces once (one thread each, bounded memory: one
 // decoded chunk per trace plus a few dozen bytes per (request, position)) and keeps, per
@@ -10,11 +15,11 @@
 // Requests are aligned by prompt hash and the sampling params that can change the output
 // (temperature, top-k, top-p, and the seed only when temperature > 0: at temperature 0 the
 // choice is greedy and none of them matters), or by prompt alone, or by request id, or one
-// explicit pair; positions by position. The second pass reads, by random access, only the few steps that explain
-// each split: the first differing row's step in each run, where the first differing site
-// (forward order, SiteId::operator<) among the sites both traces hold for that row is
-// found, and the causes present there: batch composition, the plans of the ops that feed
-// that site, routing of that row, arrival-order (atomic) reductions.
+// explicit pair; positions by position. The second pass reads, by random access, only the few steps
+// that explain each split: the first differing row's step in each run, where the first differing
+// site (forward order, SiteId::operator<) among the sites both traces hold for that row is found,
+// and the causes present there: batch composition, the plans of the ops that feed that site,
+// routing of that row, arrival-order (atomic) reductions.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +30,7 @@
 
 #include "llmrr/format/records.h"
 #include "llmrr/format/status.h"
+#include "llmrr/replayer/diff_kernels.h"
 #include "llmrr/runtime/observer.h"
 
 namespace llmrr::replay {
@@ -150,19 +156,31 @@ struct DiffReport {
   std::vector<RequestId> only_a, only_b;
   std::vector<std::string> notes;  // truncated traces, tokenizer missing, ...
   bool text_decoded = false;
-  // Every common request identical (requests present in one run only do not count).
+  // Both traces hold kernel records: their kernel sequences, compared.
+  std::optional<KernelDiffReport> kernels;
+  // False when neither trace holds engine steps (two record-cuda traces): only `kernels`
+  // is filled in.
+  bool engine = true;
+  // Every common request identical (requests present in one run only do not count), and the
+  // kernel sequences, where compared, identical.
   bool identical() const;
 };
 
 // A pair of traces with requests on both sides but none in common is an error
 // (kInvalidArgument) whose message says which alignment keys differed: there is nothing to
-// compare, which is neither "identical" nor "differ".
+// compare, which is neither "identical" nor "differ". So is a trace that holds neither a
+// whole step nor kernel records (kSemantic, "holds no whole step").
 Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_path,
                                const DiffOptions& options = {});
 
 // The short story: a header line per trace, one paragraph per common request (details for
 // the first `max_explained` that split).
+// format_diff_story and diff_report_json cover the engine part (`engine` true) only.
 std::string format_diff_story(const DiffReport& report, int max_explained = 8);
 std::string diff_report_json(const DiffReport& report);
+// What `llmrr diff` prints: the story then the kernel diff, or one JSON object whose
+// "kernels" member (last) is the kernel diff; the kernel diff alone when `engine` is false.
+// JSON ends with a newline.
+std::string render_diff(const DiffReport& report, bool json, int max_explained = 8);
 
 }  // namespace llmrr::replay

@@ -23,6 +23,10 @@
 #include "llmrr/format/records.h"
 #include "llmrr/format/status.h"
 
+namespace llmrr::trace {
+class TraceReader;
+}
+
 namespace llmrr::replay {
 
 // What a trace holds, as far as this diff cares.
@@ -37,12 +41,12 @@ struct KernelTraceSummary {
   std::string step_source;   // "synchronisations", "nvtx range decode" (run header), or ""
 };
 
-// Reads only the footer/index: whether the trace has kernel-record frames and engine steps.
+// From the footer/index alone: whether the trace has kernel-record frames and engine steps.
 struct TraceContent {
   bool kernel_records = false;
   bool engine_steps = false;
 };
-Result<TraceContent> trace_content(const std::string& path);
+TraceContent trace_content(const trace::TraceReader& reader);
 
 // Reads every kernel-record frame.
 Result<KernelTraceSummary> summarize_kernel_trace(const std::string& path);
@@ -77,6 +81,9 @@ struct KernelDiffReport {
 };
 
 Result<KernelDiffReport> diff_kernel_traces(const std::string& a_path, const std::string& b_path);
+// The same over two open traces (diff_traces reads each trace through one reader).
+Result<KernelDiffReport> diff_kernel_traces(const trace::TraceReader& a,
+                                            const trace::TraceReader& b);
 
 // "kernel gemv2T_kernel<...> grid [1,1,1] block [128,1,1] shared 0+512" or
 // "memcpy DtoH 4096 B"; names longer than max_name are cut with "...".
