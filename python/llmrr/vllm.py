@@ -49,6 +49,7 @@ import re
 import sys
 import threading
 
+from ._version import __version__
 from .vllm_hooks import Hooks, _warn, patch_router_selection, vllm_router
 
 ENV_TRACE = "LLMRR_VLLM_TRACE"
@@ -206,7 +207,8 @@ class _StepRecorder(Hooks):
                                         ([] if eos is None else [eos])))
         self._Recorder = Recorder
         self.rec_config = dict(
-            tool_version="llmrr.vllm 0.1 (vllm %s, torch %s)" % (vllm_v, torch_v),
+            tool_version="llmrr.vllm %s (vllm %s, torch %s)" % (
+                ".".join(__version__.split(".")[:2]), vllm_v, torch_v),
             model_name=str(cfg.model_config.model),
             architecture=str(getattr(text, "model_type", "") or ""),
             weight_dtype=dtype, compute_dtype=dtype,

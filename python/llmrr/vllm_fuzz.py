@@ -464,9 +464,10 @@ def main(argv=None):
         results.append(entry)
     completions[baseline] = outs[-1]["target"]
     if a.shrink:
-        for e in results:
-            if e["verdict"] != "identical" and not e["vllm"]["solo"] and e["vllm"]["trace"]:
-                e["vllm"]["minimal_cause"] = shrink(a, binary, e["vllm"]["trace"], work)
+        for split in results:
+            v = split["vllm"]
+            if split["verdict"] != "identical" and not v["solo"] and v["trace"]:
+                v["minimal_cause"] = shrink(a, binary, v["trace"], work)
     s = summarize(a, space, results, completions, baseline, time.time() - t0)
     s["vllm"]["reference_trace"] = ref
     s["vllm"]["traces_deleted"] = deleted

@@ -6,7 +6,7 @@ trace, or under async scheduling the step's tape), device rows into the step's P
 import sys
 
 # id(vLLM router) -> (step recorder, layer): whose select_experts results are recorded.
-ROUTERS = {}
+ROUTERS: dict = {}
 
 
 def vllm_router(moe):
