@@ -91,7 +91,7 @@ bool remove_at(int dirfd, const char* name, int depth) {
   return false;
 }
 
-std::once_flag g_installed;
+std::mutex g_install_mu;
 
 }  // namespace
 
@@ -101,20 +101,21 @@ bool remove_tree(const char* path) {
 }
 
 void install_cleanup_handlers() {
-  std::call_once(g_installed, [] {
-    for (int sig : kSignals) {
-      struct sigaction old;
-      if (::sigaction(sig, nullptr, &old) != 0) continue;
-      if ((old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL) continue;
-      struct sigaction sa;
-      std::memset(&sa, 0, sizeof sa);
-      sa.sa_handler = on_signal;
-      sigemptyset(&sa.sa_mask);
-      // One cleanup at a time: the other signals wait until the first has re-raised.
-      for (int other : kSignals) sigaddset(&sa.sa_mask, other);
-      ::sigaction(sig, &sa, nullptr);
-    }
-  });
+  // Checked at every call, not once: a disposition put back to the default since (a
+  // one-shot handler that fired, a child that reset its signals) gets the handler again.
+  std::lock_guard<std::mutex> lk(g_install_mu);
+  for (int sig : kSignals) {
+    struct sigaction old;
+    if (::sigaction(sig, nullptr, &old) != 0) continue;
+    if ((old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    // One cleanup at a time: the other signals wait until the first has re-raised.
+    for (int other : kSignals) sigaddset(&sa.sa_mask, other);
+    ::sigaction(sig, &sa, nullptr);
+  }
 }
 
 CleanupSlot::CleanupSlot(const std::string& path, bool tree) {

@@ -1,9 +1,9 @@
 // Temporaries removed when a signal ends the process.
 //
 // Every temporary output (OutputFile's file, OutputDir's staging directory, pack's redacted
-// copies) is listed here while it lives. The first tracked path installs a handler for
-// SIGINT, SIGTERM, SIGHUP and SIGXFSZ (each only where its disposition is still the default:
-// a signal the caller ignores or handles itself is left alone) that removes every listed
+// copies) is listed here while it lives. Tracking a path installs a handler for SIGINT,
+// SIGTERM, SIGHUP and SIGXFSZ (each only where its disposition is the default: a signal the
+// caller ignores or handles itself is left alone) that removes every listed
 // path with async-signal-safe calls only (unlink, and for a directory open / getdents64 /
 // unlinkat / rmdir, never following a link), then restores the default action and re-raises
 // the signal, so the process still ends as that signal says (exit status 128+N in a shell).
@@ -36,7 +36,8 @@ class CleanupSlot {
   int slot_ = -1;
 };
 
-// Installs the handlers now (the first CleanupSlot does it too). Idempotent; thread-safe.
+// Installs the handler for each of the four signals whose disposition is the default now
+// (every CleanupSlot does it too). Idempotent; thread-safe.
 void install_cleanup_handlers();
 
 // Removes `path` and, when it is a directory, everything in it, without following a link
