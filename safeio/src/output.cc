@@ -86,6 +86,18 @@ std::string dir_of(const std::string& path) {
   return p.substr(0, slash);
 }
 
+std::FILE* open_for_writing(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) return nullptr;
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (f == nullptr) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+  }
+  return f;
+}
+
 Status check_output_file(const std::string& out, std::string_view option,
                          const std::vector<std::string>& inputs) {
   if (out.empty()) return empty_path(option, "a file name");

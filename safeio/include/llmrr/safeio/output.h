@@ -129,6 +129,13 @@ class OutputDir {
   CleanupSlot slot_;
 };
 
+// Opens `path` for writing ("wb": created, or truncated when it exists) without following
+// a link at its last component (O_NOFOLLOW: a link planted there fails the open with ELOOP
+// instead of sending the bytes to the file it names). For the writers that take a path and
+// write inside a temporary file or a staging directory (OutputFile::write_path(),
+// OutputDir::write_path()). Null with errno set on failure.
+std::FILE* open_for_writing(const std::string& path);
+
 // The directory part of a path ("." when it has none).
 std::string dir_of(const std::string& path);
 
