@@ -289,6 +289,7 @@ int run_record_command(int argc, char** argv) {
   rec_opts.top_k = ro.logits_top_k;
   rec_opts.writer.zstd_level = ro.zstd_level;
   rec_opts.writer.sync_on_close = ro.sync;
+  rec_opts.warn_on_stop = false;  // reported below, with what happens to the trace
   const bool from_file = !ro.requests.empty();
   if (from_file && (!o.prompt.empty() || !o.prompt_ids.empty())) {
     return usage_error("--requests excludes --prompt and --prompt-ids");
