@@ -3,12 +3,13 @@ them (llmrr.torch.record). Both go through llmrr's C library (libllmrr_recorder_
 every trace works with `llmrr inspect | dump | verify | diff`."""
 from ._lib import (CAPTURE, DTYPE_BF16, DTYPE_F16, DTYPE_F32, LlmrrError, library_path,
                    site_name, site_pack)
+from ._json import JsonNestingError
 from .reader import Table, Trace, open  # noqa: A004
 from .recorder import Recorder
 
 __version__ = "0.1.0"
-__all__ = ["open", "Trace", "Table", "Recorder", "LlmrrError", "site_name", "site_pack",
-           "library_path", "DTYPE_F32", "DTYPE_BF16", "DTYPE_F16", "CAPTURE"]
+__all__ = ["open", "Trace", "Table", "Recorder", "LlmrrError", "JsonNestingError", "site_name",
+           "site_pack", "library_path", "DTYPE_F32", "DTYPE_BF16", "DTYPE_F16", "CAPTURE"]
 
 
 def __getattr__(name):

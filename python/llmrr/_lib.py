@@ -13,7 +13,7 @@ import glob
 import os
 
 LIB_NAME = "libllmrr_recorder_c.so"
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 OK = 0
 E_INVALID_ARGUMENT = 120
@@ -198,6 +198,8 @@ def _declare(L):
         "llmrr_recorder_record_token": (ctypes.c_int, [h, u64, i32, i32, ctypes.c_double]),
         "llmrr_recorder_record_finish": (ctypes.c_int, [h, u64, i32, i32]),
         "llmrr_recorder_end_step": (ctypes.c_int, [h]),
+        "llmrr_recorder_mark_lossy": (ctypes.c_int, [h, cp]),
+        "llmrr_recorder_discard_step": (ctypes.c_int, [h, cp]),
         "llmrr_recorder_status": (ctypes.c_int, [h]),
         "llmrr_recorder_last_error": (cp, []),
         "llmrr_error_name": (cp, [ctypes.c_int]),

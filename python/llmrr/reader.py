@@ -11,11 +11,14 @@ a trace without footer (a crashed writer) is recovered the same way.
     t.routing["expert"]                  # one row per (step, layer, batch row, rank)
 """
 import ctypes
-import json
+import re
 
 import numpy as np
 
-from . import _lib
+from . import _json, _lib
+
+# safeio's message for JSON past its nesting cap: "... nested deeper than 64 levels at byte 65".
+_NESTED = re.compile(r"nested deeper than (\d+) levels at byte (\d+)")
 
 _NP = {"i32": np.int32, "i64": np.int64, "u64": np.uint64, "f32": np.float32,
        "f64": np.float64, "u8": np.uint8}
@@ -78,8 +81,19 @@ class Trace:
         self._h = ctypes.c_void_p()
         rc = L.llmrr_reader_open(self.path.encode(), ctypes.byref(self._h))
         if rc != _lib.OK:
-            raise _lib.LlmrrError(rc, L.llmrr_reader_last_error().decode())
-        self.header = json.loads(L.llmrr_reader_header_json(self._h).decode())
+            message = L.llmrr_reader_last_error().decode("utf-8", "replace")
+            # The library refuses JSON in the trace nested past its cap (safeio); say so as
+            # Python does for the header below: a ValueError naming the path.
+            nested = _NESTED.search(message)
+            if nested:
+                raise _json.JsonNestingError(self.path, "run header extra_config_json",
+                                             int(nested.group(2)), int(nested.group(1)))
+            raise _lib.LlmrrError(rc, message)
+        # The library caps what it passes through; checked again here so that no json.loads
+        # of this package ever recurses past the cap, whatever library it runs on (+ 8: the
+        # header's own levels around extra_config).
+        self.header = _json.loads(L.llmrr_reader_header_json(self._h).decode(), self.path,
+                                  "run header", _json.MAX_DEPTH + 8)
         raw = {}
         for table in L.llmrr_reader_tables(self._h).decode().split():
             raw[table] = self._read_table(table)
@@ -202,5 +216,7 @@ class Trace:
 
 
 def open(path):  # noqa: A001 - the package's entry point is llmrr.open, like io.open
-    """Opens and reads the trace at `path` (raises llmrr.LlmrrError on a bad trace)."""
+    """Opens and reads the trace at `path`. Raises llmrr.LlmrrError on a bad trace, and
+    llmrr.JsonNestingError (an LlmrrError and a ValueError naming the path) when JSON in it
+    nests deeper than 64 levels."""
     return Trace(path)

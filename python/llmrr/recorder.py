@@ -167,6 +167,18 @@ class Recorder:
     def end_step(self):
         self._check(self._L.llmrr_recorder_end_step(self._h), "end_step")
 
+    def mark_lossy(self, reason):
+        """Marks the trace lossy with `reason` (records are missing or wrong); recording goes
+        on. The first reason wins; `llmrr verify` and `inspect` print it."""
+        self._check(self._L.llmrr_recorder_mark_lossy(self._h, str(reason).encode()),
+                    "mark_lossy")
+
+    def discard_step(self, reason):
+        """Drops the open step (nothing of it is written) and marks the trace lossy with
+        `reason`; its arrivals come with the next step."""
+        self._check(self._L.llmrr_recorder_discard_step(self._h, str(reason).encode()),
+                    "discard_step")
+
     def close(self):
         if self._h:
             rc = self._L.llmrr_recorder_close(self._h)

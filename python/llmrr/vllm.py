@@ -10,8 +10,10 @@ multiprocess mode, in the caller's process with VLLM_ENABLE_V1_MULTIPROCESSING=0
 trace per worker: with tensor parallelism, rank r > 0 writes <trace>.rank<r>.
 
 Per engine step (one execute_model / sample_tokens pair) it records:
-- the batch composition, in the model runner's row order: for each scheduled request its
-  rows, positions (from the request's computed tokens, so a prefix-cache hit starts past 0),
+- the batch composition, in the order the model runner lays out the step's rows (read in
+  _prepare_inputs, after vLLM updated its persistent batch, and checked against the step's
+  output: a step whose order differs is dropped and the trace marked lossy): for each
+  scheduled request its rows, positions (from the request's computed tokens, so a prefix-cache hit starts past 0),
   prefill chunk or decode, and whether the step samples it. Requests become llmrr requests
   with their prompt, sampling parameters and arrival step; vLLM's id "8-8c4800be" is
   request 8 (a numeric user id), other ids are numbered in arrival order and kept as label.
@@ -33,14 +35,21 @@ there: that trace is xxh3-64). Not verified on a GPU yet.
 Hooks fire only in eager mode (enforce_eager=True); a compiled model is recorded at step
 level (composition, logits, tokens), and the header and stderr say so.
 
+Under async scheduling vLLM collects a step's tokens after the next step has run: each step
+is kept on a tape (its rows hashed as they come) and written, in step order, when vLLM calls
+its output's get_output(), so tokens and finishes land in the step that produced them.
+
 Settings: $LLMRR_VLLM_CAPTURE (none | layers | all, default layers), $LLMRR_VLLM_TOP_K (32).
-Recording never breaks vLLM: a failure warns once on stderr, marks the trace lossy where it
-can, and stops recording; vLLM goes on.
+Recording never breaks vLLM: a failure warns once on stderr, marks the trace lossy with its
+reason (llmrr verify prints it), and stops recording; vLLM goes on.
 """
 import json
 import os
 import re
 import sys
+import threading
+
+from .vllm_hooks import Hooks, _warn, patch_router_selection, vllm_router
 
 ENV_TRACE = "LLMRR_VLLM_TRACE"
 ENV_CAPTURE = "LLMRR_VLLM_CAPTURE"
@@ -54,7 +63,8 @@ _active = []  # the step recorders of this process
 def rotate(path):
     """In-process vLLM (VLLM_ENABLE_V1_MULTIPROCESSING=0): close the current trace and record
     the next steps into `path`, so that one engine records one trace per run (the fuzzer
-    does this). Returns the number of model runners switched (0 before the first step)."""
+    and llmrr.vllm_replay do this); path None closes it and records nothing until the next
+    rotate(path). Returns the number of model runners switched (0 before the first step)."""
     for r in _active:
         r.reopen(path)
     return len(_active)
@@ -77,17 +87,20 @@ def register():
     except Exception as e:  # an unknown vLLM layout: say so, never break vLLM
         _warn("cannot find vLLM's model runner (%s); not recording" % e)
         return
+    if not hasattr(GPUModelRunner, "_prepare_inputs"):
+        # The batch's rows are taken where the runner lays them out; without that point a
+        # row could be credited to another request.
+        _warn("this vLLM's model runner has no _prepare_inputs; not recording")
+        return
     _patch(GPUModelRunner)
+    patch_router_selection()
     _patched = True
-
-
-def _warn(msg):
-    print("llmrr.vllm: %s" % msg, file=sys.stderr, flush=True)
 
 
 def _patch(cls):
     orig_execute = cls.execute_model
     orig_sample = getattr(cls, "sample_tokens", None)
+    orig_prepare = cls._prepare_inputs
 
     def execute_model(self, scheduler_output, *args, **kwargs):
         rec = getattr(self, "_llmrr", False)
@@ -105,6 +118,14 @@ def _patch(cls):
             rec.safe(rec.end, out)  # this vLLM sampled inside execute_model
         return out
 
+    def _prepare_inputs(self, scheduler_output, *args, **kwargs):
+        # The persistent batch is updated by now (new requests placed, holes condensed, rows
+        # reordered for the attention backend): its order is the order of the step's rows.
+        rec = getattr(self, "_llmrr", None)
+        if rec is not None:
+            rec.safe(rec.start, scheduler_output)
+        return orig_prepare(self, scheduler_output, *args, **kwargs)
+
     def sample_tokens(self, *args, **kwargs):
         out = orig_sample(self, *args, **kwargs)
         rec = getattr(self, "_llmrr", None)
@@ -113,6 +134,7 @@ def _patch(cls):
         return out
 
     cls.execute_model = execute_model
+    cls._prepare_inputs = _prepare_inputs
     if orig_sample is not None:
         cls.sample_tokens = sample_tokens
 
@@ -127,7 +149,7 @@ def _versions():
     return v, torch.__version__
 
 
-class _StepRecorder:
+class _StepRecorder(Hooks):
     """Records the steps of one model runner (one worker)."""
 
     def __init__(self, runner):
@@ -138,7 +160,6 @@ class _StepRecorder:
         from .recorder import Recorder
         self.runner = runner
         self.fp = fingerprint
-        self.pending = fingerprint.Pending()
         self.failed = False
         self.capture = os.environ.get(ENV_CAPTURE, "layers")
         if self.capture not in ("none", "layers", "all"):
@@ -171,6 +192,15 @@ class _StepRecorder:
                                              str(cfg.model_config.dtype))
         vllm_v, torch_v = _versions()
         self.vocab = int(get("vocab_size"))
+        self.n_experts = int(get("num_local_experts", "num_experts", "n_routed_experts"))
+        if self.n_experts:
+            model = runner.get_model()
+            moes = [m for m in model.modules() if hasattr(m, "experts")]
+            header["routing"] = (
+                "as vLLM's router selected it (FusedMoERouter.select_experts)"
+                if any(vllm_router(m) is not None for m in moes) else
+                "recomputed from the router logits (softmax top-k): this vLLM has no "
+                "FusedMoERouter")
         eos = getattr(hf, "eos_token_id", None)
         self.eos = set(int(e) for e in (eos if isinstance(eos, (list, tuple)) else
                                         ([] if eos is None else [eos])))
@@ -204,8 +234,13 @@ class _StepRecorder:
             self.rec = Recorder(path, **self.rec_config)
         _active.append(self)
         self.path = path
+        self.async_sched = bool(getattr(runner, "use_async_scheduling", False)) and \
+            self.shared is None
+        self.lock = threading.Lock()
         self._reset()
+        self.sink = self.tape or self.rec
         self.handles = []
+        self.missing = set()  # sites already reported as not recorded
         self.nvtx = header["device"].startswith("cuda") or self.shared is not None
 
         if self.hooks_work and self.capture != "none":
@@ -226,7 +261,13 @@ class _StepRecorder:
         self.gone = set()    # finished by vLLM, to be closed at the next step
         self.rows = 0
         self.order = []      # (vLLM id, first row, count, sample, last position) of the step
-        self.pending.items = []
+        self.keep = []       # host arrays whose addresses the step's calls passed
+        # Under async scheduling each step goes on a tape (its arrivals included) and is
+        # replayed into the trace, in order, when vLLM collects its tokens; else the calls
+        # go to the trace as they come.
+        self.tape = _Tape(self.fp) if self.async_sched else None
+        self.queue = []      # taped steps not replayed yet, in step order
+        self.pending = self.tape.pending if self.tape else self.fp.Pending()
 
     def reopen(self, path):
         """Closes the trace and records the steps from now on into a new one at `path`
@@ -236,11 +277,18 @@ class _StepRecorder:
         if self.rec is not None:
             if self.in_step and not self.failed:
                 self._end_step()
+            with self.lock:
+                self._drain(all_of_them=True)
             self.rec.close()
+        if path is None:  # paused: the hooks and steps record nothing until a new path
+            self.rec = self.sink = None
+            self.failed = True
+            return
         self.failed = False
         self._reset()
         self.path = path
         self.rec = self._Recorder(path, **self.rec_config)
+        self.sink = self.tape or self.rec
 
     # ---- header ---------------------------------------------------------------------------
 
@@ -271,6 +319,10 @@ class _StepRecorder:
             "max_num_seqs": sc.max_num_seqs,
             "chunked_prefill": bool(getattr(sc, "enable_chunked_prefill", False)),
             "prefix_caching": bool(getattr(cc, "enable_prefix_caching", False)),
+            "block_size": getattr(cc, "block_size", None),
+            "num_gpu_blocks": getattr(cc, "num_gpu_blocks", None),
+            "kv_cache_memory_bytes": getattr(cc, "kv_cache_memory_bytes", None),
+            "max_model_len": getattr(cfg.model_config, "max_model_len", None),
             "async_scheduling": bool(getattr(sc, "async_scheduling", False)),
             "tensor_parallel_size": pc.tensor_parallel_size,
             "rank": getattr(pc, "rank", 0), "device": dev,
@@ -280,178 +332,6 @@ class _StepRecorder:
             "row_hooks": "on" if cfg.model_config.enforce_eager else
             "off (compiled model: steps only)",
         }
-
-    # ---- hooks ----------------------------------------------------------------------------
-
-    def _attach(self, model):
-        base = getattr(model, "model", model)
-        layers = getattr(base, "layers", None)
-        if layers is None:
-            _warn("%s has no .model.layers: rows are not recorded" % type(model).__name__)
-            return
-        want = self.rec.wants_rows
-        self._hook(getattr(base, "embed_tokens", None), "embed")
-        start = getattr(base, "start_layer", 0) or 0
-        for j, layer in enumerate(layers):
-            i = start + j
-            if type(layer).__name__ == "PPMissingLayer":
-                continue
-            if want("L%d.out" % i):
-                self.handles.append(layer.register_forward_hook(self._layer_out(i)))
-            self._hook(getattr(layer, "input_layernorm", None), "L%d.attn_norm" % i)
-            self._hook(getattr(layer, "post_attention_layernorm", None), "L%d.mlp_norm" % i)
-            attn = getattr(layer, "self_attn", None)
-            qkv = getattr(attn, "qkv_proj", None)
-            if qkv is not None and want("L%d.attn.q" % i):
-                self.handles.append(qkv.register_forward_hook(self._qkv(i, attn)))
-            self._hook(getattr(attn, "attn", None), "L%d.attn.core" % i)
-            self._hook(getattr(attn, "o_proj", None), "L%d.attn.o" % i)
-            mlp = getattr(layer, "mlp", None)
-            gate_up = getattr(mlp, "gate_up_proj", None)
-            if gate_up is not None and want("L%d.mlp.gate" % i):
-                self.handles.append(gate_up.register_forward_hook(self._gate_up(i)))
-            self._hook(getattr(mlp, "act_fn", None), "L%d.mlp.act" % i)
-            self._hook(getattr(mlp, "down_proj", None), "L%d.mlp.down" % i)
-            router = getattr(mlp, "gate", None)
-            if router is not None and hasattr(mlp, "experts"):
-                self._hook(mlp, "L%d.moe.combine" % i)
-                self.handles.append(router.register_forward_hook(self._router(i, mlp)))
-        self._hook(getattr(base, "norm", None), "final_norm")
-
-    @staticmethod
-    def _first(out):
-        import torch
-        if isinstance(out, (tuple, list)):
-            out = out[0] if out else None
-        return out if isinstance(out, torch.Tensor) else None
-
-    def _hook(self, module, site):
-        if module is None or not self.rec.wants_rows(site):
-            return
-
-        def hook(mod, args, out):
-            self._rows(site, self._first(out))
-        self.handles.append(module.register_forward_hook(hook))
-
-    def _layer_out(self, i):
-        import torch
-        site = "L%d.out" % i
-
-        def hook(mod, args, out):
-            # vLLM layers return (hidden, residual); the layer's output is their sum.
-            if not self.in_step:
-                return
-            if isinstance(out, (tuple, list)) and len(out) == 2 and out[1] is not None:
-                x = self.safe(torch.add, out[0], out[1])
-            else:
-                x = self._first(out)
-            self._rows(site, x)
-        return hook
-
-    def _qkv(self, i, attn):
-        q, kv = getattr(attn, "q_size", None), getattr(attn, "kv_size", None)
-        sites = ["L%d.attn.%s" % (i, s) for s in ("q", "k", "v")]
-
-        def hook(mod, args, out):
-            x = self._first(out)
-            if (not self.in_step or x is None or q is None or kv is None
-                    or x.shape[-1] != q + 2 * kv):
-                return
-            for site, part in zip(sites, x.split([q, kv, kv], dim=-1)):
-                self._rows(site, part)
-        return hook
-
-    def _gate_up(self, i):
-        gate, up = "L%d.mlp.gate" % i, "L%d.mlp.up" % i
-
-        def hook(mod, args, out):
-            x = self._first(out)
-            if not self.in_step or x is None or x.shape[-1] % 2:
-                return
-            g, u = x.chunk(2, dim=-1)
-            self._rows(gate, g)
-            self._rows(up, u)
-        return hook
-
-    def _router(self, i, mlp):
-        import torch
-
-        def hook(mod, args, out):
-            logits = self._first(out)
-            if logits is None or not self.in_step:
-                return
-            self._rows("L%d.moe.router" % i, logits)
-            k = int(getattr(mlp, "top_k", 0) or getattr(getattr(mlp, "experts", None), "top_k", 0)
-                    or 0)
-            if k <= 0:
-                return
-            rows = logits.reshape(-1, logits.shape[-1])[:self.rows]
-            if rows.shape[0] != self.rows:
-                return
-            # The router's choice as vLLM's top-k softmax makes it (ids, weights).
-            w, idx = torch.topk(torch.softmax(rows.float(), dim=-1), k, dim=-1)
-            if getattr(mlp, "renormalize", False) or getattr(
-                    getattr(mlp, "experts", None), "renormalize", False):
-                w = w / w.sum(dim=-1, keepdim=True)
-            import numpy as np
-            ids = np.ascontiguousarray(idx.to("cpu").numpy(), dtype=np.int32)
-            gates = np.ascontiguousarray(w.to("cpu").numpy(), dtype=np.float32)
-            self.safe(self.rec.routing, i, self.rows, k, int(rows.shape[-1]), ids.ctypes.data,
-                      ids.ctypes.data, gates.ctypes.data, None)
-        return hook
-
-    def _rows(self, site, x):
-        # Every row hook of every layer comes here (hundreds a step at capture "all"): kept
-        # to a few attribute reads and one C call for host rows.
-        if not self.in_step or x is None or self.failed:
-            return
-        try:
-            if x.is_cpu:
-                # Host rows: the library fingerprints them (the same mixsum64) where they
-                # are, cheaper than a dozen torch ops per site.
-                self.rec.host_rows(site, x, self.rows)
-                return
-            x = x.reshape(-1, x.shape[-1])
-            if x.shape[0] < self.rows:
-                return
-            x = x[:self.rows]  # padded rows (CUDA graphs) left out
-            if self.shared is None:
-                self.pending.add(site, x)  # hashed on the device, copied at the step's end
-            else:
-                # A shared xxh3-64 trace: the recorded rows, hashed on the host.
-                self.rec.host_rows(site, x.detach().to("cpu"), self.rows)
-        except Exception as e:  # never break vLLM
-            self._stop(e)
-
-    def _wrap_logits(self, model):
-        orig = getattr(model, "compute_logits", None)
-        if orig is None:
-            return
-
-        def compute_logits(*args, **kwargs):
-            out = orig(*args, **kwargs)
-            self.safe(self._logits, out)
-            return out
-        model.compute_logits = compute_logits
-
-    def _logits(self, logits):
-        import torch
-        if not self.in_step or not isinstance(logits, torch.Tensor) or logits.dim() != 2:
-            return
-        # One logits row per scheduled request, in batch order (vLLM's logits_indices).
-        if logits.shape[0] < len(self.order):
-            return
-        from . import _lib
-        dt = _lib.torch_dtypes()
-        x = logits.detach()
-        if x.dtype not in dt:
-            x = x.float()
-        x = x[:len(self.order)].to("cpu").contiguous()
-        for n, (rid, first, count, sample, pos) in enumerate(self.order):
-            if sample:
-                row = x[n]
-                self.rec.logits(self.ids[rid], pos, first + count - 1, row.data_ptr(),
-                                dt[row.dtype], x.shape[-1])
 
     # ---- steps ----------------------------------------------------------------------------
 
@@ -464,9 +344,48 @@ class _StepRecorder:
             self._stop(e)
             return None
 
+    def _missing(self, site, why):
+        """A site's rows could not be taken this step: the trace says lossy (the first
+        reason in its footer), stderr says so once per site; recording goes on."""
+        if site not in self.missing:
+            self.missing.add(site)
+            _warn("step %d, %s: not recorded (%s); the trace is marked lossy" %
+                  (self.step, site, why))
+        self.rec.mark_lossy("llmrr.vllm: step %d, %s not recorded: %s" % (self.step, site, why))
+
     def _stop(self, e):
+        self._stop_lossy("%s: %s" % (type(e).__name__, e))
+
+    def _stop_lossy(self, why):
+        """Stops recording for good; the trace says lossy, with why (verify and inspect
+        print it), and keeps every step before."""
         self.failed = True
-        _warn("recording stopped at step %d: %s: %s" % (self.step, type(e).__name__, e))
+        _warn("recording stopped at step %d: %s" % (self.step, why))
+        try:
+            self.rec.mark_lossy("llmrr.vllm: recording stopped at step %d: %s" % (self.step, why))
+        except Exception as e:  # the library itself failed: its own reason stands
+            _warn("cannot mark %s lossy: %s" % (self.path, e))
+
+    def _discard(self, why):
+        """Drops the open step (nothing of it is written), says why in the trace and on
+        stderr, and stops recording."""
+        self.in_step = False
+        self.pending.items = []
+        self.keep = []
+        self.failed = True
+        _warn("step %d dropped, recording stopped: %s" % (self.step, why))
+        try:
+            if self.tape is not None:  # the step is on its tape: never replayed
+                self.rec.mark_lossy("llmrr.vllm: step %d discarded: %s" % (self.step, why))
+                with self.lock:
+                    self._drain()
+            else:
+                self.rec.discard_step("llmrr.vllm: " + why)
+        except Exception as e:
+            _warn("cannot drop step %d of %s: %s" % (self.step, self.path, e))
+        if self.nvtx:
+            import torch
+            torch.cuda.nvtx.range_pop()
 
     def _llmrr_id(self, rid):
         m = re.match(r"^(\d+)(?:-[0-9a-f]+)?$", rid)
@@ -480,9 +399,10 @@ class _StepRecorder:
         return n
 
     def begin(self, so):
+        """execute_model, before vLLM updates its batch: the requests that arrive with this
+        scheduler output, and those vLLM finished for reasons the worker does not see."""
         if self.in_step:  # the previous step never reached sample_tokens
             self._end_step()
-        runner = self.runner
         # Requests vLLM finished for reasons the worker does not see (a stop string, an
         # abort): closed in this step as aborted.
         self.gone.update(r for r in (getattr(so, "finished_req_ids", ()) or ())
@@ -500,7 +420,7 @@ class _StepRecorder:
                 max_tokens=int(getattr(sp, "max_tokens", 0) or 2**31 - 1),
                 stop_at_eos=not bool(getattr(sp, "ignore_eos", False)))
             label = "" if re.match(r"^\d+(-[0-9a-f]+)?$", nr.req_id) else nr.req_id
-            self.rec.add_request(
+            self.sink.add_request(
                 n, prompt or [0], int(getattr(sp, "max_tokens", 0) or 2**31 - 1),
                 label=label[:200], temperature=float(getattr(sp, "temperature", 0.0) or 0.0),
                 top_k=max(0, int(getattr(sp, "top_k", 0) or 0)),
@@ -508,16 +428,23 @@ class _StepRecorder:
                 seed=int(getattr(sp, "seed", 0) or 0) & (2**64 - 1),
                 stop_at_eos=not bool(getattr(sp, "ignore_eos", False)),
                 arrival_step=self.step + 1)
+
+    def start(self, so):
+        """_prepare_inputs, after vLLM updated its persistent batch and before the forward
+        pass: the step's rows in the order the runner lays them out (input_batch.req_ids,
+        which _prepare_inputs, the attention metadata and the logits indices all follow)."""
+        if self.in_step:
+            return
         sched = so.num_scheduled_tokens
         if not sched:
             return
-        # Row order: the persistent batch's order, which _prepare_inputs follows. Requests
-        # the batch has not taken in yet (execute_model updates it) come after, as
-        # scheduled.
-        ib = runner.input_batch
-        order_ids = [r for r in list(ib.req_ids)[:ib.num_reqs] if r in sched]
-        seen = set(order_ids)
-        order_ids += [r for r in sched if r not in seen]
+        ib = self.runner.input_batch
+        order_ids = list(ib.req_ids[:ib.num_reqs])
+        if sorted(order_ids) != sorted(sched) or any(r not in self.ids for r in order_ids):
+            # Rows whose owner is unknown are never recorded under a guess.
+            self._stop_lossy("step %d: the runner's batch %s is not the scheduled set %s" %
+                             (self.step + 1, order_ids, sorted(sched)))
+            return
         computed = {}
         for nr in so.scheduled_new_reqs:
             computed[nr.req_id] = nr.num_computed_tokens
@@ -527,8 +454,6 @@ class _StepRecorder:
         self.step += 1
         segments, self.order, row = [], [], 0
         for rid in order_ids:
-            if rid not in self.ids:
-                continue
             k = self.known[rid]
             count = int(sched[rid])
             start = int(computed.get(rid, 0))
@@ -542,7 +467,12 @@ class _StepRecorder:
         if self.nvtx:
             import torch
             torch.cuda.nvtx.range_push(STEP_RANGE)
-        self.rec.begin_step(self.step, segments)
+        if self.tape is not None:
+            # vLLM collects this step's tokens after the next step has run: the step stays
+            # on its tape, replayed into the trace when its tokens come (_collect).
+            self.tape.order = self.order
+            self.tape.step = self.step
+        self.sink.begin_step(self.step, segments)
         self.in_step = True
         for rid in sorted(self.gone):
             self._finish(rid, 2)  # FINISH_ABORTED
@@ -553,24 +483,73 @@ class _StepRecorder:
             return
         req_ids = getattr(out, "req_ids", None)
         sampled = getattr(out, "sampled_token_ids", None)
-        if req_ids is None and hasattr(out, "get_output"):
-            # Async scheduling: the tokens come when vLLM collects the output.
-            orig = out.get_output
-            rec = self
-
-            def get_output():
-                o = orig()
-                rec.safe(rec._tokens, o, rec.step)
-                return o
-            out.get_output = get_output
-        elif req_ids is not None and sampled is not None:
-            self._tokens(out, self.step)
+        ran = req_ids if req_ids is not None else getattr(
+            getattr(out, "_model_runner_output", None), "req_ids", None)
+        if ran is not None and list(ran) != [e[0] for e in self.order]:
+            # The rows were taken in another order than vLLM's output has them: nothing of
+            # this step is written under a request it may not belong to.
+            self._discard("step %d: rows recorded in the order %s, vLLM's output has %s" %
+                          (self.step, [e[0] for e in self.order], list(ran)))
+            return
+        if self.sink is self.tape:
+            self._end_tape(out)
+            return
+        if req_ids is not None and sampled is not None:
+            self._tokens(out, self.order, self.sink)
         self._end_step()
 
-    def _tokens(self, out, step):
-        if step != self.step or not self.in_step:
-            return  # an async output of a step already closed: its tokens are not recorded
-        where = {e[0]: e for e in self.order}
+    # ---- async scheduling: a step on a tape until vLLM collects its tokens -------------------
+
+    def _end_tape(self, out):
+        """Ends a taped step. Its tokens come from the output now (synchronous output) or
+        when vLLM calls the async output's get_output(), after the next step has begun."""
+        tape = self.tape
+        tape.keep, self.keep = self.keep, []
+        self.in_step = False
+        self.tape = _Tape(self.fp)
+        self.sink = self.tape  # the next step's arrivals (begin) go on the next tape
+        self.pending = self.tape.pending
+        with self.lock:
+            self.queue.append(tape)
+        if self.nvtx:
+            import torch
+            torch.cuda.nvtx.range_pop()
+        if getattr(out, "req_ids", None) is not None:
+            self.safe(self._collect, tape, out)
+            return
+        orig = getattr(out, "get_output", None)
+        if orig is None:
+            self.safe(self._collect, tape, None)
+            return
+        rec = self
+
+        def get_output():
+            o = orig()
+            rec.safe(rec._collect, tape, o)
+            return o
+        out.get_output = get_output
+
+    def _collect(self, tape, out):
+        """A taped step's tokens and finishes (none when `out` is None), then every step
+        whose tokens are in replayed into the trace, in step order."""
+        with self.lock:
+            if out is not None:
+                self._tokens(out, tape.order, tape)
+            tape.ready = True
+            self._drain()
+
+    def _drain(self, all_of_them=False):
+        while self.queue and (all_of_them or self.queue[0].ready):
+            tape = self.queue.pop(0)
+            if not tape.ready:
+                self.rec.mark_lossy("llmrr.vllm: the tokens of step %d were never collected "
+                                    "(the run ended first)" % tape.step)
+            tape.replay(self.rec)
+
+    def _tokens(self, out, order, sink):
+        """The tokens of a step's sampled rows from vLLM's output, with the finishes they
+        cause (eos, max_tokens), into `sink` (the trace, or the step's tape)."""
+        where = {e[0]: e for e in order}
         for rid, toks in zip(out.req_ids, out.sampled_token_ids):
             e = where.get(rid)
             if e is None or not e[3] or not toks:
@@ -579,27 +558,31 @@ class _StepRecorder:
             if k["done"]:
                 continue
             t = int(toks[0])
-            self.rec.token(self.ids[rid], e[4] + 1, t)
+            sink.token(self.ids[rid], e[4] + 1, t)
             k["generated"] += 1
             if k["stop_at_eos"] and t in k["eos"]:
-                self._finish(rid, 0)  # FINISH_EOS
+                self._finish(rid, 0, sink)  # FINISH_EOS
             elif k["generated"] >= k["max_tokens"]:
-                self._finish(rid, 1)  # FINISH_MAX_TOKENS
+                self._finish(rid, 1, sink)  # FINISH_MAX_TOKENS
 
     def _end_step(self):
         self.in_step = False
+        if self.sink is self.tape:  # a taped step that never reached sample_tokens
+            self._end_tape(None)
+            return
+        self.keep = []
         self.pending.flush(self.rec)
         self.rec.end_step()
         if self.nvtx:
             import torch
             torch.cuda.nvtx.range_pop()
 
-    def _finish(self, rid, reason):
+    def _finish(self, rid, reason, sink=None):
         k = self.known.get(rid)
         if k is None or k["done"]:
             return
         k["done"] = True
-        self.rec.finish(self.ids[rid], reason, k["generated"])
+        (sink or self.sink).finish(self.ids[rid], reason, k["generated"])
 
     def close(self):
         if getattr(self, "rec", None) is None:
@@ -607,6 +590,8 @@ class _StepRecorder:
         try:
             if self.in_step and not self.failed:
                 self._end_step()
+            with self.lock:
+                self._drain(all_of_them=True)
             for h in self.handles:
                 h.remove()
             if self.shared is None:
@@ -616,3 +601,40 @@ class _StepRecorder:
         self.rec = None
         if self in _active:
             _active.remove(self)
+
+
+class _Tape:
+    """One step under vLLM's async scheduling, kept until vLLM collects its tokens: the calls
+    the step would make on the trace, in order, replayed by replay(). Rows are hashed as they
+    come (a hook's tensor may be overwritten in place later), on the tensor's device, into the
+    tape's own Pending; the routing and logits arrays whose addresses the calls carry are
+    held by the recorder's `keep` list, which moves here at the step's end."""
+
+    def __init__(self, fp):
+        self.calls = []
+        self.pending = fp.Pending()
+        self.keep = None
+        self.order = []
+        self.step = -1
+        self.ready = False
+
+    def __getattr__(self, name):
+        if name in ("add_request", "begin_step", "routing", "logits", "token", "finish",
+                    "mark_lossy"):
+            return lambda *a, **kw: self.calls.append((name, a, kw))
+        raise AttributeError(name)
+
+    def host_rows(self, site, x, rows):
+        x = x.reshape(-1, x.shape[-1])
+        if x.shape[0] < rows:
+            return False
+        self.pending.add(site, x[:rows])
+        return True
+
+    def replay(self, rec):
+        for name, a, kw in self.calls:
+            getattr(rec, name)(*a, **kw)
+        if any(name == "begin_step" for name, _, _ in self.calls):
+            self.pending.flush(rec)
+            rec.end_step()
+        self.calls, self.keep = [], None

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from . import _json
+
 TARGET_LEN = 24
 
 
@@ -320,7 +322,12 @@ def main(argv=None):
         prefixes = [{"on": True, "off": False}[x] for x in a.prefix.split(",")]
     except (ValueError, KeyError):
         die("--mbt takes integers, --prefix takes on/off, comma-separated")
-    cfg = json.load(open(os.path.join(a.model, "config.json")))
+    try:  # the model's config.json, under the nesting cap (llmrr._json)
+        cfg = _json.load(os.path.join(a.model, "config.json"))
+    except (OSError, ValueError) as e:
+        die(str(e))
+    if not isinstance(cfg, dict):
+        die("%s: the top level is not a JSON object" % os.path.join(a.model, "config.json"))
     vocab = int(cfg.get("vocab_size", 512))
     a.max_seqs = a.max_co_requests + 1
     if a.target_text is not None and not a.target_text.strip():

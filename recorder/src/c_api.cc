@@ -21,6 +21,7 @@
 #include "llmrr/kernels/plan.h"
 #include "llmrr/recorder/trace_recorder.h"
 #include "llmrr/runtime/site.h"
+#include "llmrr/safeio/json.h"
 
 using namespace llmrr::c_api_internal;
 
@@ -94,11 +95,11 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
                  fingerprint.substr(0, 60) + "'");
     }
     const std::string extra = str(c.extra_config_json);
-    if (!extra.empty()) {
-      nlohmann::json j = nlohmann::json::parse(extra, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) {
-        return bad("extra_config_json must be a JSON object, found '" + extra.substr(0, 60) + "'");
-      }
+    // Under the caps every reader applies (safeio): what a reader would refuse is not written.
+    if (llmrr::Result<nlohmann::json> j = llmrr::safeio::parse_json_object(
+            extra, "extra_config_json", llmrr::ErrorCode::kInvalidArgument);
+        !j.ok()) {
+      return bad(j.status().message());
     }
 
     llmrr::trace::RunHeader h = llmrr::base_run_header();
@@ -271,6 +272,7 @@ int llmrr_recorder_begin_step(llmrr_recorder* r, int64_t step, const llmrr_segme
     r->routing_layers.clear();
     r->logits_rows.clear();
     r->token_rows.clear();
+    r->step_finished.clear();
     llmrr::StepInfo info;
     info.step = step;
     info.segments = r->segments;
@@ -486,6 +488,7 @@ int llmrr_recorder_record_finish(llmrr_recorder* r, uint64_t request, int32_t re
       return bad_call(r, fn, where + ": reason must be LLMRR_FINISH_* and generated >= 0");
     }
     r->finished.insert(request);
+    r->step_finished.push_back(request);
     llmrr::RequestFinish f;
     f.step = r->step;
     f.request = request;
@@ -502,6 +505,30 @@ int llmrr_recorder_end_step(llmrr_recorder* r) {
     if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
     r->in_step = false;
     r->rec->on_step_end(r->step);
+    return after(r);
+  });
+}
+
+int llmrr_recorder_mark_lossy(llmrr_recorder* r, const char* reason) {
+  static const char* fn = "llmrr_recorder_mark_lossy";
+  return guarded(r, fn, [&]() -> int {
+    const std::string why = str(reason);
+    r->rec->mark_lossy(why.empty() ? "the producer marked the trace lossy" : why);
+    return LLMRR_OK;
+  });
+}
+
+int llmrr_recorder_discard_step(llmrr_recorder* r, const char* reason) {
+  static const char* fn = "llmrr_recorder_discard_step";
+  return guarded(r, fn, [&]() -> int {
+    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
+    const std::string why = str(reason);
+    r->rec->mark_lossy("step " + std::to_string(r->step) + " discarded by the producer" +
+                       (why.empty() ? std::string() : ": " + why));
+    r->rec->discard_step();
+    for (uint64_t id : r->step_finished) r->finished.erase(id);
+    r->step_finished.clear();
+    r->in_step = false;
     return after(r);
   });
 }

@@ -36,6 +36,7 @@ struct llmrr_recorder {
   std::unordered_set<int32_t> routing_layers;
   std::set<std::pair<uint64_t, int32_t>> logits_rows, token_rows;
   std::unordered_set<uint64_t> requests, finished;
+  std::vector<uint64_t> step_finished;  // finished in the open step (discard_step undoes)
   std::vector<float> scratch;
   std::vector<llmrr::trace::Fingerprint> fingerprints;  // record_fingerprints' copy
   llmrr::Status sticky;  // the error that stopped recording

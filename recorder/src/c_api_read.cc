@@ -21,6 +21,7 @@
 
 using llmrr::ErrorCode;
 using llmrr::Status;
+using llmrr::Result;
 namespace trace = llmrr::trace;
 
 namespace {
@@ -118,7 +119,7 @@ struct llmrr_reader {
 
 namespace {
 
-nlohmann::json header_json(const trace::TraceReader& r) {
+Result<nlohmann::json> header_json(const trace::TraceReader& r) {
   const trace::RunHeader& h = r.run_header();
   nlohmann::json j;
   j["format_major"] = r.format_major();
@@ -169,9 +170,24 @@ nlohmann::json header_json(const trace::TraceReader& r) {
                  {"logits_mode", trace::logits_mode_name(e.logits_mode)},
                  {"top_k", e.top_k},
                  {"fingerprint", trace::fingerprint_kind(e)}};
-  // extra_config_json is the producer's own JSON object; pass it through when it parses.
-  nlohmann::json extra = nlohmann::json::parse(h.extra_config_json, nullptr, false);
-  j["extra_config"] = extra.is_discarded() ? nlohmann::json(h.extra_config_json) : extra;
+  // extra_config_json is the producer's own JSON object; pass it through when it parses
+  // (else as the string it is), but never past safeio's caps: a document nested 100,000 deep
+  // would be dumped back recursively, and Python's json.loads would recurse into it too.
+  j["extra_config"] = h.extra_config_json;
+  if (!h.extra_config_json.empty()) {
+    const std::string where = r.path() + ": run header extra_config_json";
+    if (h.extra_config_json.size() > llmrr::safeio::kMaxEmbeddedJsonBytes) {
+      return make_error(ErrorCode::kSemantic,
+                        where + ": " + std::to_string(h.extra_config_json.size()) +
+                            " bytes, expected at most " +
+                            std::to_string(llmrr::safeio::kMaxEmbeddedJsonBytes));
+    }
+    RETURN_IF_ERROR(
+        llmrr::safeio::check_json_depth(h.extra_config_json, where, ErrorCode::kSemantic));
+    Result<nlohmann::json> extra =
+        llmrr::safeio::parse_json_object(h.extra_config_json, where, ErrorCode::kSemantic);
+    if (extra.ok()) j["extra_config"] = std::move(extra).value();
+  }
   j["command_line"] = h.command_line;
   j["complete"] = r.complete();
   j["lossy"] = r.lossy();
@@ -190,6 +206,7 @@ nlohmann::json header_json(const trace::TraceReader& r) {
 
 Status load(llmrr_reader* h) {
   trace::TraceReader& r = *h->reader;
+  ASSIGN_OR_RETURN(nlohmann::json header, header_json(r));
   Table& req = h->add("requests", Table{{"id", "u64"},
                                         {"arrival_step", "i64"},
                                         {"finish_step", "i64"},
@@ -447,7 +464,7 @@ Status load(llmrr_reader* h) {
       ++ker.rows;
     }
   }
-  h->header_json = llmrr::safeio::dump(header_json(r));
+  h->header_json = llmrr::safeio::dump(header);
   return Status::Ok();
 }
 

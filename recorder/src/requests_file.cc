@@ -1,6 +1,7 @@
 #include "llmrr/recorder/requests_file.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -17,8 +18,6 @@ namespace llmrr {
 namespace {
 
 using nlohmann::json;
-
-constexpr uint64_t kMaxRequestsFileBytes = 64u << 20;
 
 // What a JSON value is, for messages: the value itself when short, else its type.
 std::string found(const json& v) {
@@ -93,26 +92,30 @@ const char* const kFields[] = {"id",           "prompt", "prompt_ids", "max_toke
                                "temperature",  "top_k",  "top_p",      "seed",
                                "arrival_step", "label",  "stop_at_eos"};
 
-}  // namespace
+// One line at a time, so a file is parsed as it is read: no more than a line of text is held,
+// and the request cap is hit after at most kMaxRequests + 1 requests, whatever the file size.
+class RequestsParser {
+ public:
+  RequestsParser(std::string_view name, const RequestDefaults& defaults,
+                 const RequestsFileContext& ctx)
+      : name_(name), defaults_(defaults), ctx_(ctx) {}
 
-Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std::string_view name,
-                                                      const RequestDefaults& defaults,
-                                                      const RequestsFileContext& ctx) {
-  std::vector<RequestSpec> out;
-  std::map<RequestId, int64_t> id_lines;  // id → line that used it
-  int64_t line_no = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
+  Status add_line(std::string_view line) {
+    const int64_t line_no = ++line_no_;
+    std::vector<RequestSpec>& out = out_;
+    const RequestDefaults& defaults = defaults_;
+    const RequestsFileContext& ctx = ctx_;
+    std::string_view name = name_;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     size_t first = line.find_first_not_of(" \t");
-    if (first == std::string_view::npos || line[first] == '#') continue;
+    if (first == std::string_view::npos || line[first] == '#') return Status::Ok();
 
     LineParser p(name, line_no);
+    if (out.size() >= kMaxRequests) {  // before the line is parsed: refused within seconds
+      return p.error("more than " + std::to_string(kMaxRequests) +
+                     " requests, expected at most " + std::to_string(kMaxRequests) +
+                     " in one requests file (record several traces instead)");
+    }
     RETURN_IF_ERROR(safeio::check_json_depth(
         line, std::string(name) + ":" + std::to_string(line_no), ErrorCode::kBadRequest));
     json obj;
@@ -153,7 +156,7 @@ Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std
     RETURN_IF_ERROR(
         p.get_int(obj, "id", 0, std::numeric_limits<int64_t>::max(), &id, "an unsigned integer"));
     r.id = static_cast<RequestId>(id);
-    if (auto prev = id_lines.find(r.id); prev != id_lines.end()) {
+    if (auto prev = id_lines_.find(r.id); prev != id_lines_.end()) {
       return p.error("field 'id': id " + std::to_string(r.id) + " is already used on line " +
                      std::to_string(prev->second) + " (ids must be unique)");
     }
@@ -247,23 +250,94 @@ Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std
                        " positions");
       }
     }
-    id_lines[r.id] = line_no;
+    id_lines_[r.id] = line_no;
     out.push_back(std::move(r));
+    return Status::Ok();
   }
-  if (out.empty()) {
-    return make_error(ErrorCode::kBadRequest,
-                      std::string(name) + ": no requests (every line is blank or a comment)");
+
+  Result<std::vector<RequestSpec>> finish() {
+    if (out_.empty()) {
+      return make_error(ErrorCode::kBadRequest,
+                        std::string(name_) + ": no requests (every line is blank or a comment)");
+    }
+    return std::move(out_);
   }
-  return out;
+
+ private:
+  std::string_view name_;
+  const RequestDefaults& defaults_;
+  const RequestsFileContext& ctx_;
+  std::vector<RequestSpec> out_;
+  std::map<RequestId, int64_t> id_lines_;  // id → line that used it
+  int64_t line_no_ = 0;
+};
+
+}  // namespace
+
+Result<std::vector<RequestSpec>> parse_requests_jsonl(std::string_view text, std::string_view name,
+                                                      const RequestDefaults& defaults,
+                                                      const RequestsFileContext& ctx) {
+  RequestsParser parser(name, defaults, ctx);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    RETURN_IF_ERROR(parser.add_line(text.substr(pos, end - pos)));
+    pos = end + 1;
+  }
+  return parser.finish();
 }
 
 Result<std::vector<RequestSpec>> read_requests_file(const std::string& path,
                                                     const RequestDefaults& defaults,
                                                     const RequestsFileContext& context) {
-  // Refused unless a regular file (a FIFO would block, /dev/zero never ends) and capped.
-  ASSIGN_OR_RETURN(std::string text,
-                   safeio::read_file(path, kMaxRequestsFileBytes, "requests file"));
-  return parse_requests_jsonl(text, path, defaults, context);
+  // Refused unless a regular file (a FIFO would block, /dev/zero never ends), then read as a
+  // stream: parsed a line at a time (the text of one line held, not the file's), the size
+  // capped before and while reading, the request count by the parser.
+  ASSIGN_OR_RETURN(int fd, safeio::open_regular(path, "requests file"));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  auto too_big = [&](uint64_t n) {
+    return make_error(ErrorCode::kResourceLimit,
+                      path + ": the requests file is " + std::to_string(n) +
+                          " bytes or more, expected at most " +
+                          std::to_string(kMaxRequestsFileBytes));
+  };
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) > kMaxRequestsFileBytes) {
+    return too_big(static_cast<uint64_t>(st.st_size));
+  }
+  RequestsParser parser(path, defaults, context);
+  std::string pending;  // the line being read, up to its '\n'
+  uint64_t total = 0;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t got = ::read(fd, buf, sizeof buf);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return make_error(ErrorCode::kIo,
+                        path + ": cannot read the requests file: " + std::strerror(errno));
+    }
+    if (got == 0) break;
+    total += static_cast<uint64_t>(got);
+    if (total > kMaxRequestsFileBytes) return too_big(total);
+    std::string_view chunk(buf, static_cast<size_t>(got));
+    for (size_t nl; (nl = chunk.find('\n')) != std::string_view::npos;) {
+      if (pending.empty()) {
+        RETURN_IF_ERROR(parser.add_line(chunk.substr(0, nl)));
+      } else {
+        pending.append(chunk.substr(0, nl));
+        RETURN_IF_ERROR(parser.add_line(pending));
+        pending.clear();
+      }
+      chunk.remove_prefix(nl + 1);
+    }
+    pending.append(chunk);
+  }
+  if (!pending.empty()) RETURN_IF_ERROR(parser.add_line(pending));
+  return parser.finish();
 }
 
 }  // namespace llmrr

@@ -317,6 +317,19 @@ void TraceRecorder::on_logits(const LogitsView& v) {
   LLMRR_RECORDER_GUARD_END
 }
 
+void TraceRecorder::discard_step() {
+  LLMRR_RECORDER_GUARD_BEGIN
+  if (!in_step_) return;
+  in_step_ = false;
+  recorder_internal::StepSlot& slot = *current_;
+  std::vector<trace::RequestRecord> arrivals;
+  arrivals.swap(slot.step.arrivals);
+  for (trace::RequestRecord& r : pending_arrivals_) arrivals.push_back(std::move(r));
+  pending_arrivals_ = std::move(arrivals);
+  slot.clear();
+  LLMRR_RECORDER_GUARD_END
+}
+
 void TraceRecorder::on_token(const TokenEvent& t) {
   LLMRR_RECORDER_GUARD_BEGIN
   current_->step.tokens.push_back({t.request, t.position, t.token, t.sample.uniform});

@@ -81,6 +81,21 @@ Result<json> parse_json(std::string_view text, const std::string& where, ErrorCo
   }
 }
 
+Result<json> parse_json_object(std::string_view text, const std::string& where, ErrorCode code,
+                               size_t max_bytes) {
+  if (text.empty()) return json::object();
+  if (text.size() > max_bytes) {
+    return make_error(code, where + ": " + std::to_string(text.size()) +
+                                " bytes of JSON, expected at most " + std::to_string(max_bytes));
+  }
+  ASSIGN_OR_RETURN(json j, parse_json(text, where, code));
+  if (!j.is_object()) {
+    return make_error(code, where + ": the top level is " + type_name(j) + " (" +
+                                dump_short(j, 40) + "), expected a JSON object");
+  }
+  return j;
+}
+
 std::string dump(const json& j, int indent) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }

@@ -154,6 +154,18 @@ inline Expected uncompressed() {
   return e;
 }
 
+// --- deep_config: minimal, with a run header whose extra_config_json nests 100,000 deep ---
+// The format does not parse that JSON, so the trace decodes; every reader that does parse it
+// (the CLI, the C reader ABI, llmrr.open) must refuse it under safeio's 64-level cap
+// (tests/hostile, tests/python/test_reader.py), not recurse into it.
+inline Expected deep_config() {
+  Expected e = minimal();
+  e.header.run_id = "golden-deep-config";
+  e.header.extra_config_json =
+      "{\"note\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  return e;
+}
+
 inline Status write_expected(const std::string& path, const Expected& e, WriterOptions opt,
                              const std::vector<float>* xor_ref = nullptr) {
   ASSIGN_OR_RETURN(auto w, TraceWriter::open(path, opt));
@@ -202,6 +214,7 @@ inline const std::vector<Case>& cases() {
       {"xor_reference.trace", &xor_reference},
       {"lossy.trace", &lossy},
       {"uncompressed.trace", &uncompressed},
+      {"deep_config.trace", &deep_config},
   };
   return c;
 }

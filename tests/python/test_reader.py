@@ -128,6 +128,33 @@ class ReaderTest(unittest.TestCase):
         self.assertFalse(t.complete)
         self.assertGreater(len(t.steps), 0)
 
+    def test_json_nested_past_the_cap_is_a_value_error(self):
+        # tests/golden/deep_config.trace: a run header whose extra_config_json nests 100,000
+        # deep. Before the cap the library dumped it back recursively (SIGSEGV), and json.loads
+        # raised RecursionError from 1,000 levels.
+        path = os.path.join(ROOT, "tests", "golden", "deep_config.trace")
+        with self.assertRaises(ValueError) as cm:
+            llmrr.open(path)
+        e = cm.exception
+        self.assertIsInstance(e, llmrr.JsonNestingError)
+        self.assertIsInstance(e, llmrr.LlmrrError)
+        self.assertEqual(e.path, path)
+        self.assertIn(path + ": run header extra_config_json: nesting deeper than 64 levels",
+                      str(e))
+
+    def test_json_depth_scan(self):
+        from llmrr import _json
+        self.assertEqual(_json.too_deep_at("[" * 64 + "]" * 64), 0)
+        self.assertEqual(_json.too_deep_at("[" * 65), 65)
+        self.assertEqual(_json.too_deep_at('{"a": "' + "[" * 100 + '"}'), 0)  # in a string
+        self.assertEqual(_json.too_deep_at('["\\\"' + "[" * 100 + '"]'), 0)  # \" keeps it
+        self.assertEqual(_json.too_deep_at('["\\\\"' + "[" * 64), 69)  # \\ then " ends it
+        with self.assertRaises(_json.JsonNestingError) as cm:
+            _json.loads("[" * 100000 + "]" * 100000, "x.json", "config")
+        self.assertIn("x.json: config: nesting deeper than 64 levels at byte 65",
+                      str(cm.exception))
+        self.assertEqual(_json.loads('{"a": [[1]]}', "x.json"), {"a": [[1]]})
+
     def test_golden_errors_are_rejected(self):
         files = sorted(glob.glob(os.path.join(os.environ["LLMRR_GOLDEN_ERRORS"], "*.trace")))
         self.assertGreater(len(files), 10)

@@ -476,6 +476,70 @@ TEST(CApi, BadCallsAreRefusedAndRecordingGoesOn) {
   EXPECT_EQ(s.tokens.size(), 1u);
 }
 
+// A producer that finds its records wrong says so: mark_lossy keeps recording with the
+// reason in the footer; discard_step drops the open step whole (its arrivals come with the
+// next step, its finishes are undone) and says which step went.
+TEST(CApi, ProducerMarksLossyAndDiscardsAStep) {
+  const std::string path = temp_path("discard.trace");
+  llmrr_recorder* r = open_or_fail(path);
+  ASSERT_NE(r, nullptr);
+  llmrr_request q = make_request(7);
+  ASSERT_EQ(llmrr_recorder_add_request(r, &q), LLMRR_OK);
+  good_step(r, 0, 7, false);
+  // Step 1: a full step, a new request and a finish, then dropped.
+  llmrr_segment seg{7, 3, 1, 3, LLMRR_SEGMENT_DECODE, 1};
+  ASSERT_EQ(llmrr_recorder_begin_step(r, 1, &seg, 1), LLMRR_OK);
+  llmrr_request q8 = make_request(8);
+  ASSERT_EQ(llmrr_recorder_add_request(r, &q8), LLMRR_OK);
+  float row[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_EQ(llmrr_recorder_record_rows(r, "L0.out", row, LLMRR_DTYPE_F32, 1, 8, 0, nullptr),
+            LLMRR_OK);
+  ASSERT_EQ(llmrr_recorder_record_token(r, 7, 4, 3, -1.0), LLMRR_OK);
+  ASSERT_EQ(llmrr_recorder_record_finish(r, 7, LLMRR_FINISH_MAX_TOKENS, 2), LLMRR_OK);
+  ASSERT_EQ(llmrr_recorder_discard_step(r, "rows credited to the wrong request"), LLMRR_OK)
+      << llmrr_recorder_last_error();
+  EXPECT_EQ(llmrr_recorder_end_step(r), LLMRR_E_INVALID_ARGUMENT) << "the step is gone";
+  EXPECT_EQ(llmrr_recorder_status(r), LLMRR_OK) << "recording goes on";
+  ASSERT_EQ(llmrr_recorder_mark_lossy(r, "a later reason"), LLMRR_OK);
+  // Request 7 runs on (its finish went with step 1) and finishes at step 2.
+  good_step(r, 2, 7, true);
+  EXPECT_EQ(llmrr_recorder_close(r), LLMRR_OK) << llmrr_recorder_last_error();
+
+  auto reader = open_reader(path);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_TRUE(reader->lossy());
+  EXPECT_EQ(reader->lossy_reason(),
+            "step 1 discarded by the producer: rows credited to the wrong request")
+      << "the first reason wins";
+  ASSERT_EQ(reader->step_count(), 2);
+  Status v = reader->verify();
+  EXPECT_TRUE(v.ok()) << v.to_string();
+  trace::StepRecord s;
+  EXPECT_EQ(reader->read_step(1, &s).code(), ErrorCode::kNotFound) << "step 1 is not written";
+  ASSERT_TRUE(reader->read_step(2, &s).ok());
+  ASSERT_EQ(s.arrivals.size(), 1u) << "request 8 arrives with the next step";
+  EXPECT_EQ(s.arrivals[0].id, 8u);
+  ASSERT_EQ(s.finishes.size(), 1u);
+  EXPECT_EQ(s.finishes[0].request, 7u);
+
+  // mark_lossy alone: nothing dropped, the reason in the footer.
+  const std::string path2 = temp_path("marked.trace");
+  r = open_or_fail(path2);
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(llmrr_recorder_add_request(r, &q), LLMRR_OK);
+  good_step(r, 0, 7, false);
+  ASSERT_EQ(llmrr_recorder_mark_lossy(r, "llmrr.vllm: a hook failed at step 0"), LLMRR_OK);
+  good_step(r, 1, 7, true);
+  EXPECT_EQ(llmrr_recorder_discard_step(r, "no step"), LLMRR_E_INVALID_ARGUMENT)
+      << "outside a step";
+  EXPECT_EQ(llmrr_recorder_close(r), LLMRR_OK);
+  reader = open_reader(path2);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_TRUE(reader->lossy());
+  EXPECT_EQ(reader->lossy_reason(), "llmrr.vllm: a hook failed at step 0");
+  EXPECT_EQ(reader->step_count(), 2);
+}
+
 // A trace whose row hashes are mixsum64: rows the library hashes (record_rows) and
 // fingerprints the caller made on its device (record_fingerprints) read back as
 // mixsum64 of the same bits, and the header says the kind; the two calls are refused on a
@@ -814,7 +878,8 @@ TEST(CApi, ExportsOnlyTheCAbi) {
         "llmrr_recorder_record_routing", "llmrr_recorder_record_logits",
         "llmrr_recorder_record_token", "llmrr_recorder_record_finish", "llmrr_recorder_end_step",
         "llmrr_recorder_last_error", "llmrr_recorder_status", "llmrr_recorder_wants_rows",
-        "llmrr_recorder_config_init", "llmrr_error_name", "llmrr_recorder_abi_version"}) {
+        "llmrr_recorder_config_init", "llmrr_error_name", "llmrr_recorder_abi_version",
+        "llmrr_recorder_mark_lossy", "llmrr_recorder_discard_step"}) {
     EXPECT_NE(::dlsym(lib, name), nullptr) << name;
   }
   for (const char* hidden : {"_ZN5llmrr15base_run_headerEv", "_ZN5llmrr5trace10hash_bytesEPKvm",

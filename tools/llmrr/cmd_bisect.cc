@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/cli.h"
+#include "cli/vllm_exec.h"
 #include "cli/trace_input.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/bisect.h"
@@ -46,6 +47,20 @@ class Bar {
 
 int run_bisect_command(int argc, char** argv) {
   using namespace llmrr;
+  // `--runtime vllm`: bisect a vLLM trace's split to its co-requests (python -m llmrr.vllm_replay bisect).
+  std::string runtime;
+  std::vector<std::string> rest;
+  if (cli::take_runtime(argc, argv, &runtime, &rest)) {
+    if (runtime != "vllm") {
+      std::fprintf(stderr,
+                   "llmrr bisect: error: --runtime: expected vllm (llmrr's own engine is the "
+                   "default), found '%s'\n",
+                   runtime.c_str());
+      return 2;
+    }
+    rest.insert(rest.begin(), {"-m", "llmrr.vllm_replay", "bisect"});
+    return cli::exec_vllm_python("bisect", rest);
+  }
   CLI::App app{
       "Find the smallest set of B's factors (schedule, plans, routing) that reproduces "
       "B's split when replaying A's request alone.",
@@ -83,6 +98,8 @@ int run_bisect_command(int argc, char** argv) {
       "\n"
       "Examples:\n"
       "  llmrr bisect alone.trace loaded.trace\n"
+      "  llmrr bisect --runtime vllm run.trace --model DIR --request 3   # vLLM: which\n"
+      "        co-requests split request 3 (python -m llmrr.vllm_replay bisect --help)\n"
       "  llmrr bisect alone.trace loaded.trace --request 0 --jobs 2\n"
       "  llmrr bisect a.trace b.trace --request 3:7 --json | jq .visible.minimal\n"
       "  llmrr bisect production.trace invariant.trace --search visible --max-replays 300\n"

@@ -13,6 +13,8 @@
 #include "cli/trace_input.h"
 #include "llmrr/replayer/diff.h"
 #include "llmrr/replayer/diff_kernels.h"
+#include "llmrr/runtime/model.h"
+#include "llmrr/safeio/input.h"
 
 int run_diff_command(int argc, char** argv) {
   using namespace llmrr;
@@ -59,6 +61,14 @@ int run_diff_command(int argc, char** argv) {
   if (o.continuation < 0 || o.continuation > 4096) {
     return cli::report("diff",
                        make_error(ErrorCode::kInvalidArgument, "--tokens must be in [0, 4096]"));
+  }
+  // A --model given by hand must exist and be a file or a directory, before any work: it is
+  // read only at a visible split, and its failure there would be a note, not an error.
+  if (!o.model.empty() && o.model != "none") {
+    Status st = o.model.rfind("builtin:", 0) == 0
+                    ? load_model(o.model).status()
+                    : safeio::require_file_or_directory(o.model, "model");
+    if (!st.ok()) return cli::report("diff", st.with_context("--model: "));
   }
   // Bundles: A's traces then B's; a bundle of two traces alone gives both.
   Result<cli::TraceInput> in_a = cli::open_trace_input(a);

@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/cli.h"
+#include "cli/vllm_exec.h"
 #include "engine_options.h"
 #include "llmrr/replayer/fuzz.h"
 #include "llmrr/safeio/input.h"
@@ -127,66 +128,21 @@ int run_merge(int argc, char** argv) {
   return exit_for(*m);
 }
 
-// `llmrr fuzz --runtime vllm ARGS`: the campaign runs in vLLM, by the python module
-// llmrr.vllm_fuzz (python/llmrr/vllm_fuzz.py) in the vLLM venv: $LLMRR_VLLM_PYTHON, else
-// build/venv-vllm/bin/python next to this binary's build folder (tools/setup/vllm makes it).
-int exec_vllm_fuzz(const std::vector<std::string>& rest) {
-  std::string py;
-  if (const char* e = std::getenv("LLMRR_VLLM_PYTHON"); e != nullptr && *e != '\0') {
-    py = e;
-  } else {
-    char buf[4096];
-    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n > 0) {
-      fs::path self(std::string(buf, static_cast<size_t>(n)));
-      py = (self.parent_path().parent_path().parent_path() / "venv-vllm" / "bin" / "python")
-               .string();
-    }
-  }
-  if (py.empty() || ::access(py.c_str(), X_OK) != 0) {
-    return usage_error("--runtime vllm needs the vLLM python: none at '" + py +
-                       "' (run tools/setup/vllm, or set $LLMRR_VLLM_PYTHON)");
-  }
-  if (std::getenv("LLMRR_BIN") == nullptr) {
-    char buf[4096];
-    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n > 0) ::setenv("LLMRR_BIN", std::string(buf, static_cast<size_t>(n)).c_str(), 1);
-  }
-  std::vector<std::string> args = {py, "-m", "llmrr.vllm_fuzz"};
-  args.insert(args.end(), rest.begin(), rest.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  ::execv(py.c_str(), argv.data());
-  std::fprintf(stderr, "%s: error: cannot run %s: %s\n", kCmd, py.c_str(), std::strerror(errno));
-  return 2;
-}
-
 }  // namespace
 
 int run_fuzz_command(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "merge") return run_merge(argc - 1, argv + 1);
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string value;
-    int used = 1;
-    if (a == "--runtime" && i + 1 < argc) {
-      value = argv[i + 1];
-      used = 2;
-    } else if (a.rfind("--runtime=", 0) == 0) {
-      value = a.substr(10);
-    } else {
-      continue;
-    }
-    if (value != "vllm") {
+  // `llmrr fuzz --runtime vllm ARGS`: the campaign runs in vLLM, by the python module
+  // llmrr.vllm_fuzz (python/llmrr/vllm_fuzz.py) in the vLLM venv.
+  std::string runtime;
+  std::vector<std::string> rest;
+  if (cli::take_runtime(argc, argv, &runtime, &rest)) {
+    if (runtime != "vllm") {
       return usage_error("--runtime: expected vllm (llmrr's own engine is the default), found '" +
-                         value + "'");
+                         runtime + "'");
     }
-    std::vector<std::string> rest;
-    for (int k = 1; k < argc; ++k) {
-      if (k < i || k >= i + used) rest.push_back(argv[k]);
-    }
-    return exec_vllm_fuzz(rest);
+    rest.insert(rest.begin(), {"-m", "llmrr.vllm_fuzz"});
+    return cli::exec_vllm_python("fuzz", rest);
   }
   CLI::App app{
       "llmrr fuzz: run a prompt under many batch compositions and report what splits it"};

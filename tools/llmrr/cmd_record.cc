@@ -19,6 +19,7 @@
 #include "engine_options.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/recorder/requests_file.h"
+#include "llmrr/safeio/json.h"
 #include "llmrr/safeio/output.h"
 #include "llmrr/recorder/trace_recorder.h"
 #include "llmrr/replayer/run_config.h"
@@ -165,7 +166,10 @@ trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& r
   replay::fill_run_header(&h, m, s.config, s.policy_name, s.device,
                           o.policy == "invariant" || o.attn_split > 0 ? attn_split : 0, o.seed,
                           o.load, o.gemm_split);
-  nlohmann::json x = nlohmann::json::parse(h.extra_config_json);
+  // fill_run_header's own object, read back under safeio's caps like any embedded JSON.
+  Result<nlohmann::json> parsed = safeio::parse_json_object(
+      h.extra_config_json, "run header: extra_config_json", ErrorCode::kInternal);
+  nlohmann::json x = parsed.ok() ? std::move(parsed).value() : nlohmann::json::object();
   if (!o.dtype.empty()) x["dtype"] = o.dtype;
   const EngineConfig& c = s.config;
   x["chat_template"] = s.chat;

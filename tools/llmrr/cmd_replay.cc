@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/vllm_exec.h"
 #include "cli/trace_input.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/replay.h"
@@ -20,6 +21,20 @@
 
 int run_replay_command(int argc, char** argv) {
   using namespace llmrr;
+  // `--runtime vllm`: re-execute a vLLM trace in vLLM and compare (python -m llmrr.vllm_replay replay).
+  std::string runtime;
+  std::vector<std::string> rest;
+  if (cli::take_runtime(argc, argv, &runtime, &rest)) {
+    if (runtime != "vllm") {
+      std::fprintf(stderr,
+                   "llmrr replay: error: --runtime: expected vllm (llmrr's own engine is the "
+                   "default), found '%s'\n",
+                   runtime.c_str());
+      return 2;
+    }
+    rest.insert(rest.begin(), {"-m", "llmrr.vllm_replay", "replay"});
+    return cli::exec_vllm_python("replay", rest);
+  }
   CLI::App app{"Replay a trace bit for bit and check everything it recorded.", "replay"};
   std::string path;
   replay::ReplayOptions o;
@@ -57,6 +72,9 @@ int run_replay_command(int argc, char** argv) {
       "  llmrr replay bug.llmrr              # a bundle: its model, its kept request\n"
       "  llmrr replay run.trace --materialize L1.moe.combine@3 --materialize logits@3 -o out/\n"
       "  llmrr replay gpu.trace --device cpu      # a trace recorded with --device cuda\n"
+      "  llmrr replay --runtime vllm run.trace --model DIR       # a vLLM trace, in vLLM\n"
+      "  llmrr replay --runtime vllm run.trace --model DIR --alone 3   # a counterfactual\n"
+      "  (--runtime vllm: python -m llmrr.vllm_replay replay --help lists its options)\n"
       "\n"
       "Exit codes: 0 bit-exact, 1 mismatch, 2 bad input (unreadable trace, wrong model, a "
       "device this build or machine lacks, or plans this device cannot run: then everything "

@@ -62,7 +62,7 @@
 extern "C" {
 #endif
 
-#define LLMRR_RECORDER_ABI_VERSION 1
+#define LLMRR_RECORDER_ABI_VERSION 2 /* 2: mark_lossy, discard_step */
 
 #if defined(__GNUC__)
 #define LLMRR_API __attribute__((visibility("default")))
@@ -285,6 +285,18 @@ LLMRR_API int llmrr_recorder_record_finish(llmrr_recorder* recorder, uint64_t re
  * calling thread only copied the rows and logits it was given. Returns an error of the
  * previous step's append, if one stopped recording. */
 LLMRR_API int llmrr_recorder_end_step(llmrr_recorder* recorder);
+
+/* Marks the trace lossy with `reason` (the footer says so; `llmrr verify` and `inspect` print
+ * it): the producer knows records it meant to write are missing or wrong (its own hooks
+ * failed, it stopped recording early). Recording goes on; the first reason wins. */
+LLMRR_API int llmrr_recorder_mark_lossy(llmrr_recorder* recorder, const char* reason);
+
+/* Drops the open step (nothing of it is written: rows, plans, routing, logits, tokens,
+ * finishes) and marks the trace lossy with `reason`: for a producer that finds, at the
+ * step's end, that what it recorded cannot be trusted (rows credited to the wrong request).
+ * Requests added in that step arrive with the next one; requests it finished stay running.
+ * Recording goes on with the next begin_step. */
+LLMRR_API int llmrr_recorder_discard_step(llmrr_recorder* recorder, const char* reason);
 
 /* The sticky error that stopped recording (LLMRR_OK while recording). */
 LLMRR_API int llmrr_recorder_status(const llmrr_recorder* recorder);

@@ -311,8 +311,13 @@ Result<std::unique_ptr<BisectSession>> BisectSession::open(const std::string& a_
   rep.a_header = s.ra->run_header();
   rep.b_header = s.rb->run_header();
   RETURN_IF_ERROR(check_same_model(rep.a_header, rep.b_header, a_path, b_path));
-  ASSIGN_OR_RETURN(EngineConfig ca, engine_config_from_header(rep.a_header));
-  ASSIGN_OR_RETURN(EngineConfig cb, engine_config_from_header(rep.b_header));
+  // Header errors name the trace (a_path: run header: ...).
+  Result<EngineConfig> ra = engine_config_from_header(rep.a_header);
+  if (!ra.ok()) return ra.status().with_context(a_path + ": ");
+  Result<EngineConfig> rb = engine_config_from_header(rep.b_header);
+  if (!rb.ok()) return rb.status().with_context(b_path + ": ");
+  const EngineConfig& ca = *ra;
+  const EngineConfig& cb = *rb;
   if (ca.weight_type != cb.weight_type || ca.bf16_activations != cb.bf16_activations ||
       ca.scoring != cb.scoring) {
     return make_error(ErrorCode::kInvalidArgument,

@@ -8,26 +8,30 @@
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/format/trace_writer.h"
 #include "llmrr/replayer/pack.h"
+#include "llmrr/safeio/json.h"
 
 namespace llmrr::replay {
 namespace {
 
 // The header without what may carry user data outside the kept requests: the command line
 // (prompts are often given there), the paths of a requests file and a reference trace.
-void redact_header(trace::RunHeader* h, const std::vector<RequestId>& keep, RedactReport* rep) {
+// extra_config_json is parsed under safeio's caps: a header that is not a JSON object within
+// them is refused (it would otherwise be dumped back recursively, or pass through unredacted).
+Status redact_header(trace::RunHeader* h, const std::string& path,
+                     const std::vector<RequestId>& keep, RedactReport* rep) {
   rep->command_line_removed = !h->command_line.empty();
   h->command_line.clear();
-  nlohmann::json x = nlohmann::json::object();
-  if (!h->extra_config_json.empty()) {
-    x = nlohmann::json::parse(h->extra_config_json, nullptr, false);
-    if (!x.is_object()) x = nlohmann::json::object();
-  }
+  ASSIGN_OR_RETURN(nlohmann::json x,
+                   safeio::parse_json_object(h->extra_config_json,
+                                             path + ": run header extra_config_json",
+                                             ErrorCode::kSemantic));
   if (x.contains("recorder") && x["recorder"].is_object()) {
     x["recorder"].erase("requests_file");
     x["recorder"].erase("reference");
   }
   x["redaction"] = {{"kept", keep}};
-  h->extra_config_json = x.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  h->extra_config_json = safeio::dump(x);
+  return Status::Ok();
 }
 
 class StepRedactor {
@@ -144,7 +148,7 @@ Result<RedactReport> redact_trace(const std::string& in, const std::string& out,
   }
 
   trace::RunHeader header = reader->run_header();
-  redact_header(&header, rep.kept, &rep);
+  RETURN_IF_ERROR(redact_header(&header, in, rep.kept, &rep));
   ASSIGN_OR_RETURN(std::unique_ptr<trace::TraceWriter> writer, trace::TraceWriter::open(out));
   RETURN_IF_ERROR(writer->append_run_header(header));
 

@@ -22,6 +22,12 @@ Status bad_header(const std::string& what) {
   return make_error(ErrorCode::kSemantic, "run header: " + what);
 }
 
+// extra_config_json under safeio's caps (size, nesting): the trace's producer wrote it.
+Result<nlohmann::json> parse_extra(const trace::RunHeader& h) {
+  return safeio::parse_json_object(h.extra_config_json, "run header: extra_config_json",
+                                   ErrorCode::kSemantic);
+}
+
 }  // namespace
 
 std::string weight_hash_text(uint64_t hash) {
@@ -88,11 +94,9 @@ void fill_run_header(trace::RunHeader* h, const LoadedModel& model, const Engine
   e.seed = seed;
   e.load = load;
 
+  // Keys a caller put there already are kept; anything else is replaced.
   nlohmann::json extra = nlohmann::json::object();
-  if (!h->extra_config_json.empty()) {
-    nlohmann::json old = nlohmann::json::parse(h->extra_config_json, nullptr, false);
-    if (old.is_object()) extra = old;
-  }
+  if (Result<nlohmann::json> old = parse_extra(*h); old.ok()) extra = std::move(old).value();
   if (config.weight_type) {
     extra["weight_type"] = *config.weight_type == kernels::WeightType::kBF16 ? "bf16" : "f32";
   }
@@ -124,14 +128,7 @@ Result<EngineConfig> engine_config_from_header(const trace::RunHeader& h, int32_
   if (e.prefill_chunk >= 0) c.scheduler.prefill_chunk = e.prefill_chunk;
   if (e.kv_block_size > 0) c.kv_block = e.kv_block_size;
 
-  nlohmann::json extra = nlohmann::json::object();
-  if (!h.extra_config_json.empty()) {
-    extra = nlohmann::json::parse(h.extra_config_json, nullptr, false);
-    if (extra.is_discarded() || !extra.is_object()) {
-      return bad_header("extra_config_json is not a JSON object: '" +
-                        h.extra_config_json.substr(0, 80) + "'");
-    }
-  }
+  ASSIGN_OR_RETURN(nlohmann::json extra, parse_extra(h));
   auto str = [&](const char* key) -> std::string {
     auto it = extra.find(key);
     return it != extra.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -201,8 +198,8 @@ Result<std::shared_ptr<Policy>> policy_from_header(const trace::RunHeader& h) {
   if (name == "invariant") {
     int32_t split = 0;
     int64_t gemm_split = 0;
-    nlohmann::json extra = nlohmann::json::parse(h.extra_config_json, nullptr, false);
-    if (extra.is_object()) {
+    ASSIGN_OR_RETURN(nlohmann::json extra, parse_extra(h));
+    {
       auto it = extra.find("attn_split");
       if (it != extra.end() && it->is_number_integer()) split = it->get<int32_t>();
       it = extra.find("gemm_split");

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "llmrr/format/trace_reader.h"
+#include "llmrr/safeio/json.h"
 
 namespace llmrr::replay {
 
@@ -51,12 +52,14 @@ struct Names {
   }
 };
 
-std::string step_source(const trace::RunHeader& h) {
-  if (h.extra_config_json.empty()) return "";
-  nlohmann::json j = nlohmann::json::parse(h.extra_config_json, nullptr, false);
-  if (j.is_object() && j.contains("steps") && j["steps"].is_string())
-    return j["steps"].get<std::string>();
-  return "";
+// extra_config_json["steps"], read under safeio's caps: a header past them is refused.
+Result<std::string> step_source(const trace::RunHeader& h, const std::string& path) {
+  ASSIGN_OR_RETURN(nlohmann::json j,
+                   safeio::parse_json_object(h.extra_config_json,
+                                             path + ": run header extra_config_json",
+                                             ErrorCode::kSemantic));
+  if (j.contains("steps") && j["steps"].is_string()) return j["steps"].get<std::string>();
+  return std::string();
 }
 
 Status load(const std::string& path, Names* names, Loaded* out) {
@@ -68,7 +71,7 @@ Status load(const std::string& path, Names* names, Loaded* out) {
   s.engine_steps = rd.step_count();
   s.dropped = rd.dropped_records();
   s.lossy = rd.lossy();
-  s.step_source = step_source(rd.run_header());
+  ASSIGN_OR_RETURN(s.step_source, step_source(rd.run_header(), path));
   std::vector<trace::KernelRecord> recs;
   for (size_t f = 0; f < rd.frames().size(); ++f) {
     if (rd.frames()[f].kind != trace::FrameKind::kKernelRecords) continue;

@@ -265,7 +265,9 @@ Status record_trace(const FuzzCampaign& c, const Composition& x, bool solo,
                   c.engine.policy == "invariant" || c.engine.attn_split > 0 ? split : 0, 0, 0,
                   c.engine.policy == "invariant" ? c.engine.gemm_split : 0);
   if (!c.dtype.empty()) {
-    Json extra = Json::parse(h.extra_config_json);
+    ASSIGN_OR_RETURN(Json extra, safeio::parse_json_object(h.extra_config_json,
+                                                           "run header: extra_config_json",
+                                                           ErrorCode::kInternal));
     extra["dtype"] = c.dtype;
     h.extra_config_json = safeio::dump(extra);
   }

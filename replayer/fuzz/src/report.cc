@@ -152,6 +152,10 @@ std::string fuzz_summary_json(const FuzzSummary& s) {
                                 {"cause", sp.diff_cause},
                                 {"cause_text", sp.diff_cause_text}}}});
   }
+  // Our own text (fuzz_space_json, or a summary parsed under safeio's caps), parsed under
+  // the same caps all the same; kept as the string it is should it ever not parse.
+  Result<Json> parsed = safeio::parse_json(s.space_json, "generator space", ErrorCode::kInternal);
+  const Json space = parsed.ok() ? std::move(parsed).value() : Json(s.space_json);
   Json j = {
       {"llmrr_fuzz_summary", 1},
       {"campaign",
@@ -165,7 +169,7 @@ std::string fuzz_summary_json(const FuzzSummary& s) {
         {"seed", s.seed},
         {"runs", s.runs},
         {"shards", s.shards},
-        {"space", Json::parse(s.space_json)}}},
+        {"space", space}}},
       {"shard_list", s.shard_list},
       {"runs_done", n},
       {"seconds", s.seconds},
@@ -190,8 +194,9 @@ std::string fuzz_summary_json(const FuzzSummary& s) {
 Result<FuzzSummary> parse_fuzz_summary(const std::string& text, const std::string& name) {
   // A summary nests 4 levels: anything deeper is refused before the parser recurses into it.
   RETURN_IF_ERROR(safeio::check_json_depth(text, name, ErrorCode::kInvalidArgument));
-  Json j = Json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("llmrr_fuzz_summary")) {
+  Result<Json> parsed = safeio::parse_json(text, name, ErrorCode::kInvalidArgument);
+  const Json j = parsed.ok() ? std::move(parsed).value() : Json();
+  if (!j.is_object() || !j.contains("llmrr_fuzz_summary")) {
     return make_error(ErrorCode::kInvalidArgument,
                       name + ": not a summary.json written by llmrr fuzz");
   }

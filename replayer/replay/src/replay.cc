@@ -519,7 +519,9 @@ Result<ReplayReport> replay_trace(const trace::TraceReader& reader, const Loaded
     }
   }
 
-  ASSIGN_OR_RETURN(EngineConfig config, engine_config_from_header(header, options.threads));
+  Result<EngineConfig> from_header = engine_config_from_header(header, options.threads);
+  if (!from_header.ok()) return from_header.status().with_context(reader.path() + ": ");
+  EngineConfig config = std::move(from_header).value();
   RETURN_IF_ERROR(check_device(options.device));
   config.device = options.device;
   if (options.device == Device::kCuda && !options.materialize.empty()) {

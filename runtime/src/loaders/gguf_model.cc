@@ -179,6 +179,9 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
   RETURN_IF_ERROR(opt_int(f, a + "context_length", &c.max_positions, false));
   if (f.find(a + "rope.freq_base")) {
     ASSIGN_OR_RETURN(c.rope_theta, f.get_float(a + "rope.freq_base"));
+    RETURN_IF_ERROR(loaders::check_setting(f.path(), "metadata " + a + "rope.freq_base",
+                                           c.rope_theta, loaders::kMinRopeTheta,
+                                           loaders::kMaxRopeTheta));
   }
   if (f.find(a + "rope.scaling.type")) {
     ASSIGN_OR_RETURN(std::string type, f.get_string(a + "rope.scaling.type"));
@@ -189,6 +192,9 @@ Result<ModelConfig> gguf_config(const GgufFile& f, const std::string& arch_name)
   }
   if (f.find(a + "attention.layer_norm_rms_epsilon")) {
     ASSIGN_OR_RETURN(double eps, f.get_float(a + "attention.layer_norm_rms_epsilon"));
+    RETURN_IF_ERROR(loaders::check_setting(f.path(),
+                                           "metadata " + a + "attention.layer_norm_rms_epsilon",
+                                           eps, loaders::kMinNormEps, loaders::kMaxNormEps));
     c.norm_eps = static_cast<float>(eps);
   }
   // vocab: stated, or the token list, or the embedding's row count.

@@ -101,6 +101,16 @@ std::map<std::string, std::vector<int64_t>> expected_tensors(const ModelConfig& 
 // Checks the config's sizes (positive, consistent, bounded) before any allocation from them.
 Status check_config(const ModelConfig& config, const std::string& where);
 
+// Real-valued settings a model file states, each checked where it is read so the message names
+// the key: finite and within bounds far outside what real models use (rope_theta 1e4..1e7,
+// RMSNorm epsilon 1e-6..1e-5) but inside what the kernels compute with. An inf theta would
+// make every rotation NaN; an epsilon of 1e30 would flatten every normalized row.
+inline constexpr double kMinRopeTheta = 1, kMaxRopeTheta = 1e12;
+inline constexpr double kMinNormEps = 0, kMaxNormEps = 1;
+// kBadModel "<where>: <key> is <v>, expected a finite number in [lo, hi]" unless lo <= v <= hi.
+Status check_setting(const std::string& where, const std::string& key, double v, double lo,
+                     double hi);
+
 // Every expected tensor present with its shape; nothing unexpected (an unknown tensor means a
 // feature we do not implement: kUnsupported). `where` prefixes messages.
 Status check_tensors(const ModelConfig& config, const std::map<std::string, HostTensor>& tensors,

@@ -1,5 +1,7 @@
 // What each architecture needs, so that every loader rejects the same malformed models the
 // same way (missing tensor, wrong shape, unknown feature).
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "loaders/loader_util.h"
@@ -82,6 +84,14 @@ std::map<std::string, std::vector<int64_t>> expected_tensors(const ModelConfig& 
   return t;
 }
 
+Status check_setting(const std::string& where, const std::string& key, double v, double lo,
+                     double hi) {
+  if (std::isfinite(v) && v >= lo && v <= hi) return Status::Ok();
+  char text[160];
+  std::snprintf(text, sizeof text, "%.9g, expected a finite number in [%g, %g]", v, lo, hi);
+  return make_error(ErrorCode::kBadModel, where + ": " + key + " is " + text);
+}
+
 Status check_config(const ModelConfig& c, const std::string& where) {
   auto bad = [&](const std::string& what) {
     return make_error(ErrorCode::kBadModel, where + ": " + what);
@@ -106,8 +116,9 @@ Status check_config(const ModelConfig& c, const std::string& where) {
     return bad("head_dim " + std::to_string(c.head_dim) + " must be even and positive");
   if (!in(c.ffn, 0, kMaxDim)) return range("intermediate size", c.ffn, 0, kMaxDim);
   if (!in(c.max_positions, 1, 1 << 24)) return range("max positions", c.max_positions, 1, 1 << 24);
-  if (!(c.rope_theta > 0)) return bad("rope theta must be positive");
-  if (!(c.norm_eps >= 0)) return bad("norm eps must be non-negative");
+  // The loaders check these by key; this catches a config built any other way.
+  RETURN_IF_ERROR(check_setting(where, "rope theta", c.rope_theta, kMinRopeTheta, kMaxRopeTheta));
+  RETURN_IF_ERROR(check_setting(where, "norm eps", c.norm_eps, kMinNormEps, kMaxNormEps));
   if (c.bos >= c.vocab || c.eos >= c.vocab)
     return bad("bos/eos id " + std::to_string(c.bos) + "/" + std::to_string(c.eos) +
                " outside the vocabulary of " + std::to_string(c.vocab));

@@ -363,6 +363,12 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
   // transformers ≥ 5 nests rope_theta in rope_parameters; older configs have it on top.
   c.rope_theta = 10000.0;
   RETURN_IF_ERROR(r.num_field("rope_theta", &c.rope_theta, false));
+  // Each value checked as it is read, so the message names the key that holds it.
+  auto check_theta = [&](const std::string& key) {
+    return loaders::check_setting(where, key, c.rope_theta, loaders::kMinRopeTheta,
+                                  loaders::kMaxRopeTheta);
+  };
+  RETURN_IF_ERROR(check_theta("rope_theta"));
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     if (!j.contains(key) || j[key].is_null()) continue;
     const json& rp = j[key];
@@ -378,10 +384,13 @@ Result<ModelConfig> parse_hf_config(const std::string& text, const std::string& 
     if (rp.contains("rope_theta")) {
       ConfigReader rr(rp, where + " " + key);
       RETURN_IF_ERROR(rr.num_field("rope_theta", &c.rope_theta, false));
+      RETURN_IF_ERROR(check_theta(std::string(key) + ".rope_theta"));
     }
   }
   double eps = 1e-6;
   RETURN_IF_ERROR(r.num_field("rms_norm_eps", &eps, false));
+  RETURN_IF_ERROR(loaders::check_setting(where, "rms_norm_eps", eps, loaders::kMinNormEps,
+                                         loaders::kMaxNormEps));
   c.norm_eps = static_cast<float>(eps);
   c.tied_embeddings = false;
   RETURN_IF_ERROR(r.bool_field("tie_word_embeddings", &c.tied_embeddings));

@@ -23,6 +23,7 @@
 // found \"ten\"".
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -34,6 +35,14 @@
 #include "llmrr/runtime/observer.h"
 
 namespace llmrr {
+
+// Bounds on a requests file, each refused with exit 2 naming the file (and the line): at most
+// kMaxRequests requests (the one after is refused before it is parsed, so a file of a million
+// lines fails within seconds instead of growing an engine run without bound), and at most
+// kMaxRequestsFileBytes bytes. read_requests_file reads the file as a stream, a line at a
+// time, so memory is the parsed requests plus one line of text.
+inline constexpr size_t kMaxRequests = 100000;
+inline constexpr uint64_t kMaxRequestsFileBytes = 64u << 20;
 
 struct RequestDefaults {
   int32_t max_tokens = 32;

@@ -128,6 +128,11 @@ class TraceRecorder final : public Observer {
   // dropped (e.g. a C ABI call with bad arguments). The first reason wins.
   void mark_lossy(const std::string& reason);
 
+  // Drops the open step: none of its rows, plans, routing, logits, tokens or finishes is
+  // written. Its arrivals move to the next step. The caller marks the trace lossy (a step is
+  // missing); recording goes on. No-op outside a step.
+  void discard_step();
+
   // The first recording error (ok while healthy). Thread-safe.
   Status status() const;
   bool in_step() const { return in_step_; }

@@ -1,6 +1,7 @@
 // JSON from untrusted text: a nesting cap, errors as Status, invalid UTF-8 escaped on output.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,6 +20,17 @@ inline constexpr int kMaxJsonDepth = 64;
 // before nlohmann's parser runs, so no recursion ever sees a deep document.
 Result<nlohmann::json> parse_json(std::string_view text, const std::string& where,
                                   ErrorCode code, int max_depth = kMaxJsonDepth);
+
+// JSON embedded in a file llmrr reads (a trace's run header extra_config_json): written by
+// whoever produced the file, so capped like a file. Bigger than this is refused unparsed.
+inline constexpr size_t kMaxEmbeddedJsonBytes = 16u << 20;
+
+// An embedded JSON object: "" is an empty object; otherwise the size cap, then parse_json
+// (the nesting cap), and the top level must be an object. `where` names the file and the
+// field ("run.trace: run header extra_config_json").
+Result<nlohmann::json> parse_json_object(std::string_view text, const std::string& where,
+                                         ErrorCode code,
+                                         size_t max_bytes = kMaxEmbeddedJsonBytes);
 
 // The nesting check alone (what parse_json does first), for callers with their own messages.
 Status check_json_depth(std::string_view text, const std::string& where, ErrorCode code,

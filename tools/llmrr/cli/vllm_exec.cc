@@ -1,0 +1,77 @@
+#include "cli/vllm_exec.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+namespace llmrr::cli {
+
+namespace {
+
+std::string self_path() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+}  // namespace
+
+bool take_runtime(int argc, char** argv, std::string* runtime, std::vector<std::string>* rest) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    int used = 0;
+    if (a == "--runtime" && i + 1 < argc) {
+      *runtime = argv[i + 1];
+      used = 2;
+    } else if (a.rfind("--runtime=", 0) == 0) {
+      *runtime = a.substr(10);
+      used = 1;
+    } else {
+      continue;
+    }
+    rest->clear();
+    for (int k = 1; k < argc; ++k) {
+      if (k < i || k >= i + used) rest->push_back(argv[k]);
+    }
+    return true;
+  }
+  return false;
+}
+
+int exec_vllm_python(const char* command, const std::vector<std::string>& args) {
+  std::string py;
+  if (const char* e = std::getenv("LLMRR_VLLM_PYTHON"); e != nullptr && *e != '\0') {
+    py = e;
+  } else if (const std::string self = self_path(); !self.empty()) {
+    namespace fs = std::filesystem;
+    py = (fs::path(self).parent_path().parent_path().parent_path() / "venv-vllm" / "bin" /
+          "python")
+             .string();
+  }
+  if (py.empty() || ::access(py.c_str(), X_OK) != 0) {
+    std::fprintf(stderr,
+                 "llmrr %s: error: --runtime vllm needs the vLLM python: none at '%s' (run "
+                 "tools/setup/vllm, or set $LLMRR_VLLM_PYTHON)\n",
+                 command, py.c_str());
+    return 2;
+  }
+  if (std::getenv("LLMRR_BIN") == nullptr) {
+    if (const std::string self = self_path(); !self.empty())
+      ::setenv("LLMRR_BIN", self.c_str(), 1);
+  }
+  std::vector<std::string> all = {py};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(py.c_str(), argv.data());
+  std::fprintf(stderr, "llmrr %s: error: cannot run %s: %s\n", command, py.c_str(),
+               std::strerror(errno));
+  return 2;
+}
+
+}  // namespace llmrr::cli
