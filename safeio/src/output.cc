@@ -217,6 +217,14 @@ void OutputFile::discard() {
   slot_.release();
 }
 
+Status OutputFile::in_final_terms(const Status& st) const {
+  if (st.ok() || temp_.empty()) return st;
+  std::string m = st.message();
+  for (size_t at = m.find(temp_); at != std::string::npos; at = m.find(temp_, at + path_.size()))
+    m.replace(at, temp_.size(), path_);
+  return make_error(st.code(), m);
+}
+
 std::string OutputFile::keep() {
   if (f_ != nullptr) std::fclose(f_);
   f_ = nullptr;

@@ -353,7 +353,8 @@ Result<PackSummary> write_pack(const std::string& out, const PackOptions& o) {
   // Written under a temporary name next to `out`, renamed over it only when whole.
   ASSIGN_OR_RETURN(safeio::OutputFile f, safeio::OutputFile::create(out, "-o"));
   {
-    BundleWriter w(f.file(), f.write_path(), o.zstd_level);
+    // Errors name the bundle being written, not its temporary name.
+    BundleWriter w(f.file(), f.path(), o.zstd_level);
     RETURN_IF_ERROR(w.header());
     for (const Source& s : sources) {
       PackEntry e;

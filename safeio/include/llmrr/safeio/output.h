@@ -66,6 +66,9 @@ class OutputFile {
   // Where a writer that takes a path writes: the temporary file. Its contents replace
   // path() at commit().
   const std::string& write_path() const { return temp_; }
+  // `st` with every mention of write_path() replaced by path(), so that an error from a
+  // writer that takes a path names the file the user gave.
+  Status in_final_terms(const Status& st) const;
   Status write(std::string_view bytes);
   // Flushes, fsyncs, closes and renames the temporary file over path(). The file renamed
   // is whatever write_path() names then (a writer that takes a path may have replaced it).
