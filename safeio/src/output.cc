@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,34 @@ Status parent_exists(const std::string& out, std::string_view option) {
                           ", expected a directory");
   }
   return Status::Ok();
+}
+
+// Replaces the trailing "XXXXXX" of `*templ` with random letters and creates it — a file
+// (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600; returns the descriptor) or a directory (mode
+// 0700; returns 0) — trying other names while one is taken. With `slot`, the name is tracked
+// (cleanup.h) before it is created, so that a signal arriving while it is being created
+// still removes it (unlinking a name that does not exist yet is harmless). -1 and errno on
+// failure; the slot is then released.
+int create_unique(std::string* templ, bool directory, CleanupSlot* slot) {
+  static constexpr char kLetters[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                   (static_cast<uint64_t>(::getpid()) << 32)};
+  const size_t at = templ->size() - 6;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    for (size_t i = 0; i < 6; ++i) (*templ)[at + i] = kLetters[rng() % (sizeof kLetters - 1)];
+    if (slot != nullptr) *slot = CleanupSlot(*templ, /*tree=*/directory);
+    const int fd = directory ? ::mkdir(templ->c_str(), 0700)
+                             : ::open(templ->c_str(),
+                                      O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) return fd;
+    const int e = errno;
+    if (slot != nullptr) slot->release();
+    errno = e;
+    if (e != EEXIST) return -1;
+  }
+  errno = EEXIST;
+  return -1;
 }
 
 Status empty_path(std::string_view option, std::string_view expected) {
@@ -169,16 +198,17 @@ Result<OutputFile> OutputFile::create(const std::string& path, std::string_view 
   std::string templ = (dir == "." && o.path_.find('/') == std::string::npos ? "" : dir + "/") +
                       (kind == Kind::kPartial ? base + ".partial-XXXXXX"
                                               : "." + base + ".llmrr-XXXXXX");
-  // mkostemp creates the name with O_CREAT | O_EXCL: a file or a link already there (planted
-  // by someone else, or another writer's temporary) makes it try another name.
-  const int fd = ::mkostemp(templ.data(), O_CLOEXEC);
+  // Created with O_CREAT | O_EXCL | O_NOFOLLOW: a file or a link already there (planted by
+  // someone else, or another writer's temporary) makes it try another name. Tracked before
+  // it exists, so a signal at any moment finds it.
+  const int fd = create_unique(&templ, /*directory=*/false,
+                               kind == Kind::kTemporary ? &o.slot_ : nullptr);
   if (fd < 0) {
     return make_error(ErrorCode::kIo, opt_prefix(option, path) + "cannot create a file in " + dir +
                                           ": " + std::strerror(errno));
   }
   ::fchmod(fd, mode);
   o.temp_ = templ;
-  if (kind == Kind::kTemporary) o.slot_ = CleanupSlot(templ, /*tree=*/false);
   o.f_ = ::fdopen(fd, "wb");
   if (o.f_ == nullptr) {
     const int e = errno;
@@ -293,13 +323,12 @@ Result<OutputDir> OutputDir::create(const std::string& dir, std::string_view opt
     templ = (parent == "." && p.find('/') == std::string::npos ? "" : parent + "/") + "." +
             base + ".llmrr-XXXXXX";
   }
-  if (::mkdtemp(templ.data()) == nullptr) {
+  if (create_unique(&templ, /*directory=*/true, &o.slot_) < 0) {
     return make_error(ErrorCode::kIo, opt_prefix(option, dir) +
                                           "cannot create a directory next to it: " +
                                           std::strerror(errno));
   }
   o.staging_ = templ;
-  o.slot_ = CleanupSlot(templ, /*tree=*/true);
   return o;
 }
 

@@ -272,7 +272,7 @@ Result<PackSummary> write_pack(const std::string& out, const PackOptions& o) {
   RETURN_IF_ERROR(safeio::check_output_file(out, "-o", inputs));
   PackSummary sum;
   sum.path = out;
-  // The redacted copies: each under a unique name beside `out` (mkstemp, never a fixed name
+  // The redacted copies: each under a unique name beside `out` (O_EXCL, never a fixed name
   // a link could be planted at, never shared by two packs), removed whatever happens,
   // a signal included.
   std::vector<safeio::OutputFile> temps;

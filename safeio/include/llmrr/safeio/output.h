@@ -35,8 +35,9 @@ Status check_output_dir(const std::string& out, std::string_view option,
 Status make_output_dir(const std::string& dir, std::string_view option);
 
 // A file written under a unique temporary name in the destination's directory
-// (".<name>.llmrr-XXXXXX", created by mkstemp: O_CREAT|O_EXCL, so never an existing file or a
-// link planted at that name), fsynced and renamed over `path` by commit(); removed by the
+// (".<name>.llmrr-XXXXXX", six random letters, created O_CREAT|O_EXCL|O_NOFOLLOW, so never an
+// existing file or a link planted at that name, and tracked for the cleanup handler before
+// it exists), fsynced and renamed over `path` by commit(); removed by the
 // destructor when commit() was not called or failed, and by the cleanup handler on SIGINT,
 // SIGTERM, SIGHUP and SIGXFSZ (cleanup.h), so a failure leaves nothing behind and an existing
 // file is replaced only by a complete new one. Two writers to one path each have their own
@@ -86,8 +87,8 @@ class OutputFile {
 };
 
 // An output directory filled whole or not at all (export --npy DIR, replay --materialize -o
-// DIR, unpack -o DIR). Files are written into a fresh staging directory (mkdtemp,
-// ".<name>.llmrr-XXXXXX": next to `dir` when `dir` does not exist yet, inside it when it
+// DIR, unpack -o DIR). Files are written into a fresh staging directory (mkdir 0700,
+// ".<name>.llmrr-XXXXXX", tracked before it exists: next to `dir` when `dir` does not exist yet, inside it when it
 // does, so the final renames stay on one file system); commit() moves them into place — the
 // staging directory renamed to `dir`, or, into an existing `dir`, every target checked first
 // (none a directory where a file goes, none a link where a directory goes, none an input)
