@@ -155,8 +155,10 @@ void TraceRecorder::fail(Status status) {
     if (lossy_reason_.empty()) lossy_reason_ = "recording stopped: " + status_.to_string();
     stopped_.store(true, std::memory_order_relaxed);
   }
-  std::fprintf(stderr, "llmrr: recording stopped, the trace is lossy: %s\n",
-               this->status().to_string().c_str());
+  if (options_.warn_on_stop) {
+    std::fprintf(stderr, "llmrr: recording stopped, the trace is lossy: %s\n",
+                 this->status().to_string().c_str());
+  }
 }
 
 // Every callback body runs inside this guard: whatever goes wrong becomes a recording

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +9,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,16 @@ Status not_an_input(const std::string& out, const struct stat& ost, std::string_
   return Status::Ok();
 }
 
+// A FIFO, a device or a socket where an output file goes: never opened (a FIFO without a
+// reader would block the open, a device would take whatever is written); the output is a new
+// file renamed into place, and renaming over such a file is not what anyone asked for.
+Status not_a_file(const std::string& out, const struct stat& st, std::string_view option) {
+  return make_error(ErrorCode::kInvalidArgument,
+                    opt_prefix(option, out) + "is " + file_kind(st.st_mode) +
+                        ", expected a regular file or a new path (llmrr writes a new file and "
+                        "renames it over the path)");
+}
+
 Status parent_exists(const std::string& out, std::string_view option) {
   const std::string dir = dir_of(out);
   struct stat st;
@@ -59,21 +70,32 @@ Status parent_exists(const std::string& out, std::string_view option) {
   return Status::Ok();
 }
 
-int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
-  return ::remove(path);
-}
-
-// The names in a directory (not "." and ".."), or empty when it cannot be read.
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (const struct dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
+// Replaces the trailing "XXXXXX" of `*templ` with random letters and creates it — a file
+// (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600; returns the descriptor) or a directory (mode
+// 0700; returns 0) — trying other names while one is taken. With `slot`, the name is tracked
+// (cleanup.h) before it is created, so that a signal arriving while it is being created
+// still removes it (unlinking a name that does not exist yet is harmless). -1 and errno on
+// failure; the slot is then released.
+int create_unique(std::string* templ, bool directory, CleanupSlot* slot) {
+  static constexpr char kLetters[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                   (static_cast<uint64_t>(::getpid()) << 32)};
+  const size_t at = templ->size() - 6;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    for (size_t i = 0; i < 6; ++i) (*templ)[at + i] = kLetters[rng() % (sizeof kLetters - 1)];
+    if (slot != nullptr) *slot = CleanupSlot(*templ, /*tree=*/directory);
+    const int fd = directory ? ::mkdir(templ->c_str(), 0700)
+                             : ::open(templ->c_str(),
+                                      O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) return fd;
+    const int e = errno;
+    if (slot != nullptr) slot->release();
+    errno = e;
+    if (e != EEXIST) return -1;
   }
-  ::closedir(d);
-  return names;
+  errno = EEXIST;
+  return -1;
 }
 
 Status empty_path(std::string_view option, std::string_view expected) {
@@ -93,6 +115,18 @@ std::string dir_of(const std::string& path) {
   return p.substr(0, slash);
 }
 
+std::FILE* open_for_writing(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) return nullptr;
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (f == nullptr) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+  }
+  return f;
+}
+
 Status check_output_file(const std::string& out, std::string_view option,
                          const std::vector<std::string>& inputs) {
   if (out.empty()) return empty_path(option, "a file name");
@@ -102,6 +136,7 @@ Status check_output_file(const std::string& out, std::string_view option,
       return make_error(ErrorCode::kIsDirectory,
                         opt_prefix(option, out) + "is a directory, expected a file path");
     }
+    if (!S_ISREG(st.st_mode)) return not_a_file(out, st, option);
     RETURN_IF_ERROR(not_an_input(out, st, option, inputs));
   }
   return parent_exists(out, option);
@@ -132,7 +167,8 @@ Status make_output_dir(const std::string& dir, std::string_view option) {
                                         std::strerror(err));
 }
 
-Result<OutputFile> OutputFile::create(const std::string& path, std::string_view option) {
+Result<OutputFile> OutputFile::create(const std::string& path, std::string_view option,
+                                      Kind kind) {
   if (path.empty()) return empty_path(option, "a file name");
   OutputFile o;
   o.path_ = path;
@@ -143,15 +179,7 @@ Result<OutputFile> OutputFile::create(const std::string& path, std::string_view 
       return make_error(ErrorCode::kIsDirectory,
                         opt_prefix(option, path) + "is a directory, expected a file path");
     }
-    if (!S_ISREG(st.st_mode)) {
-      // A device or FIFO (/dev/stdout, a pipe): written through, never replaced.
-      o.f_ = std::fopen(path.c_str(), "wb");
-      if (o.f_ == nullptr) {
-        return make_error(ErrorCode::kIo,
-                          opt_prefix(option, path) + "cannot open: " + std::strerror(errno));
-      }
-      return o;
-    }
+    if (!S_ISREG(st.st_mode)) return not_a_file(path, st, option);
     // A symlink to a regular file: the file it names is replaced, the link stays.
     char real[PATH_MAX];
     if (::realpath(path.c_str(), real) != nullptr) o.path_ = real;
@@ -168,8 +196,13 @@ Result<OutputFile> OutputFile::create(const std::string& path, std::string_view 
                                         : o.path_.rfind('/') + 1);
   if (base.size() > 200) base.resize(200);
   std::string templ = (dir == "." && o.path_.find('/') == std::string::npos ? "" : dir + "/") +
-                      "." + base + ".llmrr-XXXXXX";
-  const int fd = ::mkstemp(templ.data());
+                      (kind == Kind::kPartial ? base + ".partial-XXXXXX"
+                                              : "." + base + ".llmrr-XXXXXX");
+  // Created with O_CREAT | O_EXCL | O_NOFOLLOW: a file or a link already there (planted by
+  // someone else, or another writer's temporary) makes it try another name. Tracked before
+  // it exists, so a signal at any moment finds it.
+  const int fd = create_unique(&templ, /*directory=*/false,
+                               kind == Kind::kTemporary ? &o.slot_ : nullptr);
   if (fd < 0) {
     return make_error(ErrorCode::kIo, opt_prefix(option, path) + "cannot create a file in " + dir +
                                           ": " + std::strerror(errno));
@@ -178,18 +211,18 @@ Result<OutputFile> OutputFile::create(const std::string& path, std::string_view 
   o.temp_ = templ;
   o.f_ = ::fdopen(fd, "wb");
   if (o.f_ == nullptr) {
+    const int e = errno;
     ::close(fd);
-    ::unlink(templ.c_str());
-    o.temp_.clear();
+    o.discard();
     return make_error(ErrorCode::kIo, opt_prefix(option, path) + "cannot open: " +
-                                          std::strerror(errno));
+                                          std::strerror(e));
   }
   return o;
 }
 
 OutputFile::OutputFile(OutputFile&& o) noexcept
     : f_(std::exchange(o.f_, nullptr)), path_(std::move(o.path_)),
-      temp_(std::exchange(o.temp_, std::string())) {}
+      temp_(std::exchange(o.temp_, std::string())), slot_(std::move(o.slot_)) {}
 
 OutputFile& OutputFile::operator=(OutputFile&& o) noexcept {
   if (this != &o) {
@@ -197,6 +230,7 @@ OutputFile& OutputFile::operator=(OutputFile&& o) noexcept {
     f_ = std::exchange(o.f_, nullptr);
     path_ = std::move(o.path_);
     temp_ = std::exchange(o.temp_, std::string());
+    slot_ = std::move(o.slot_);
   }
   return *this;
 }
@@ -210,6 +244,22 @@ void OutputFile::discard() {
   f_ = nullptr;
   if (!temp_.empty()) ::unlink(temp_.c_str());
   temp_.clear();
+  slot_.release();
+}
+
+Status OutputFile::in_final_terms(const Status& st) const {
+  if (st.ok() || temp_.empty()) return st;
+  std::string m = st.message();
+  for (size_t at = m.find(temp_); at != std::string::npos; at = m.find(temp_, at + path_.size()))
+    m.replace(at, temp_.size(), path_);
+  return make_error(st.code(), m);
+}
+
+std::string OutputFile::keep() {
+  if (f_ != nullptr) std::fclose(f_);
+  f_ = nullptr;
+  slot_.release();
+  return std::exchange(temp_, std::string());
 }
 
 Status OutputFile::write(std::string_view bytes) {
@@ -221,22 +271,34 @@ Status OutputFile::write(std::string_view bytes) {
 }
 
 Status OutputFile::commit() {
-  if (f_ == nullptr) return make_error(ErrorCode::kInternal, path_ + ": committed twice");
-  std::FILE* f = std::exchange(f_, nullptr);
-  const bool flushed = std::fflush(f) == 0;
-  const int err = errno;
-  if (std::fclose(f) != 0 || !flushed) {
-    const int e = flushed ? errno : err;
-    discard();
-    return make_error(ErrorCode::kIo, path_ + ": write failed: " + std::strerror(e));
+  if (temp_.empty()) return make_error(ErrorCode::kInternal, path_ + ": committed twice");
+  if (f_ != nullptr) {
+    std::FILE* f = std::exchange(f_, nullptr);
+    const bool flushed = std::fflush(f) == 0;
+    const int err = errno;
+    if (std::fclose(f) != 0 || !flushed) {
+      const int e = flushed ? errno : err;
+      discard();
+      return make_error(ErrorCode::kIo, path_ + ": write failed: " + std::strerror(e));
+    }
   }
-  if (temp_.empty()) return Status::Ok();  // written through
+  // The file at the temporary name reaches the disk before it takes the path's place (a
+  // writer that takes a path may have written a new file there: that is the one synced).
+  const int fd = ::open(temp_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    discard();
+    return make_error(ErrorCode::kIo, path_ + ": cannot write (fsync): " + std::strerror(e));
+  }
+  ::close(fd);
   if (::rename(temp_.c_str(), path_.c_str()) != 0) {
     const int e = errno;
     discard();
     return make_error(ErrorCode::kIo, path_ + ": cannot write: " + std::strerror(e));
   }
   temp_.clear();
+  slot_.release();
   return Status::Ok();
 }
 
@@ -261,7 +323,7 @@ Result<OutputDir> OutputDir::create(const std::string& dir, std::string_view opt
     templ = (parent == "." && p.find('/') == std::string::npos ? "" : parent + "/") + "." +
             base + ".llmrr-XXXXXX";
   }
-  if (::mkdtemp(templ.data()) == nullptr) {
+  if (create_unique(&templ, /*directory=*/true, &o.slot_) < 0) {
     return make_error(ErrorCode::kIo, opt_prefix(option, dir) +
                                           "cannot create a directory next to it: " +
                                           std::strerror(errno));
@@ -272,7 +334,8 @@ Result<OutputDir> OutputDir::create(const std::string& dir, std::string_view opt
 
 OutputDir::OutputDir(OutputDir&& o) noexcept
     : path_(std::move(o.path_)), staging_(std::exchange(o.staging_, std::string())),
-      option_(std::move(o.option_)), inputs_(std::move(o.inputs_)), existed_(o.existed_) {}
+      option_(std::move(o.option_)), inputs_(std::move(o.inputs_)), existed_(o.existed_),
+      staging_fd_(std::exchange(o.staging_fd_, -1)), slot_(std::move(o.slot_)) {}
 
 OutputDir& OutputDir::operator=(OutputDir&& o) noexcept {
   if (this != &o) {
@@ -282,6 +345,8 @@ OutputDir& OutputDir::operator=(OutputDir&& o) noexcept {
     option_ = std::move(o.option_);
     inputs_ = std::move(o.inputs_);
     existed_ = o.existed_;
+    staging_fd_ = std::exchange(o.staging_fd_, -1);
+    slot_ = std::move(o.slot_);
   }
   return *this;
 }
@@ -291,8 +356,11 @@ OutputDir::~OutputDir() {
 }
 
 void OutputDir::discard() {
-  if (!staging_.empty()) ::nftw(staging_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (staging_fd_ >= 0) ::close(staging_fd_);
+  staging_fd_ = -1;
+  if (!staging_.empty()) remove_tree(staging_.c_str());
   staging_.clear();
+  slot_.release();
 }
 
 std::string OutputDir::final_path(const std::string& staged) const {
@@ -310,46 +378,239 @@ Status OutputDir::in_final_terms(const Status& st) const {
   return make_error(st.code(), m);
 }
 
+Result<int> OutputDir::create_file(const std::string& rel) {
+  if (staging_.empty()) return make_error(ErrorCode::kInternal, path_ + ": written after commit");
+  if (staging_fd_ < 0) {
+    staging_fd_ = ::open(staging_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (staging_fd_ < 0) {
+      return make_error(ErrorCode::kIo, opt_prefix(option_, path_) +
+                                            "cannot open its staging directory: " +
+                                            std::strerror(errno));
+    }
+  }
+  const std::string target = path_ + "/" + rel;
+  std::vector<std::string> parts;
+  for (size_t start = 0; start <= rel.size();) {
+    size_t end = rel.find('/', start);
+    if (end == std::string::npos) end = rel.size();
+    parts.push_back(rel.substr(start, end - start));
+    start = end + 1;
+  }
+  for (const std::string& part : parts) {
+    if (part.empty() || part == "." || part == "..") {
+      return make_error(ErrorCode::kInvalidArgument,
+                        target + ": expected a relative path without empty, '.' or '..' parts");
+    }
+  }
+  int cur = staging_fd_;
+  auto leave = [&](int next) {
+    if (cur != staging_fd_) ::close(cur);
+    cur = next;
+  };
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (::mkdirat(cur, parts[i].c_str(), 0777) != 0 && errno != EEXIST) {
+      const int e = errno;
+      leave(-1);
+      return make_error(ErrorCode::kIo, target + ": cannot create the directory " + parts[i] +
+                                            ": " + std::strerror(e));
+    }
+    const int next = ::openat(cur, parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) {
+      const int e = errno;
+      leave(-1);
+      return make_error(ErrorCode::kIo, target + ": " + parts[i] + " is not a directory (" +
+                                            std::strerror(e) + ")");
+    }
+    leave(next);
+  }
+  const int fd = ::openat(cur, parts.back().c_str(),
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  const int e = errno;
+  leave(-1);
+  if (fd < 0) {
+    return make_error(ErrorCode::kIo, target + ": cannot create: " + std::strerror(e));
+  }
+  return fd;
+}
+
+namespace {
+
+struct DirFd {
+  int fd = -1;
+  explicit DirFd(int f) : fd(f) {}
+  ~DirFd() {
+    if (fd >= 0) ::close(fd);
+  }
+  DirFd(const DirFd&) = delete;
+  DirFd& operator=(const DirFd&) = delete;
+};
+
+int open_subdir(int at, const std::string& name) {
+  return ::openat(at, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+// The names in an open directory (not "." and ".."), sorted; false when it cannot be read.
+bool list_at(int fd, std::vector<std::string>* names) {
+  const int dup = ::openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dup < 0) return false;
+  DIR* d = ::fdopendir(dup);
+  if (d == nullptr) {
+    ::close(dup);
+    return false;
+  }
+  while (const struct dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names->push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names->begin(), names->end());
+  return true;
+}
+
+using FileIds = std::vector<std::pair<dev_t, ino_t>>;
+
+// Whether everything staged in `from` can move into `to` (the directory `where`): no
+// directory where a file goes, no link or other file where a directory goes, no input.
+Status check_into(int from, int to, const std::string& where, std::string_view option,
+                  const FileIds& inputs) {
+  std::vector<std::string> names;
+  if (!list_at(from, &names)) {
+    return make_error(ErrorCode::kIo, opt_prefix(option, where) +
+                                          "cannot read the staging directory: " +
+                                          std::strerror(errno));
+  }
+  for (const std::string& n : names) {
+    const std::string target = where + "/" + n;
+    struct stat s, t;
+    if (::fstatat(from, n.c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0) {
+      return make_error(ErrorCode::kIo, opt_prefix(option, target) + "staged entry vanished: " +
+                                            std::strerror(errno));
+    }
+    if (::fstatat(to, n.c_str(), &t, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      return make_error(ErrorCode::kIo, opt_prefix(option, target) + "cannot use: " +
+                                            std::strerror(errno));
+    }
+    if (S_ISDIR(s.st_mode)) {
+      if (!S_ISDIR(t.st_mode)) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          opt_prefix(option, target) + "is " +
+                              (S_ISLNK(t.st_mode) ? std::string("a symbolic link")
+                                                  : file_kind(t.st_mode)) +
+                              ", expected a directory (llmrr never writes through a link or "
+                              "into anything but a directory it finds in an output directory)");
+      }
+      DirFd sf(open_subdir(from, n)), tf(open_subdir(to, n));
+      if (sf.fd < 0 || tf.fd < 0) {
+        return make_error(ErrorCode::kIo, opt_prefix(option, target) + "cannot open: " +
+                                              std::strerror(errno));
+      }
+      RETURN_IF_ERROR(check_into(sf.fd, tf.fd, target, option, inputs));
+      continue;
+    }
+    if (S_ISDIR(t.st_mode)) {
+      return make_error(ErrorCode::kIsDirectory,
+                        opt_prefix(option, target) + "is a directory, expected a file path");
+    }
+    // A link at a file's place is replaced by the rename, never written through.
+    if (S_ISLNK(t.st_mode)) continue;
+    for (const auto& [dev, ino] : inputs) {
+      if (t.st_dev == dev && t.st_ino == ino) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          opt_prefix(option, target) +
+                              "is one of the inputs (the same file), expected a new path: "
+                              "llmrr never overwrites its input");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Moves everything staged in `from` into `to`: directories first (merged into one already
+// there, renamed whole where there is none), then the files, so a top-level file
+// (manifest.json) is the last to arrive.
+Status move_into(int from, int to, const std::string& where, std::string_view option) {
+  std::vector<std::string> names, files;
+  if (!list_at(from, &names)) {
+    return make_error(ErrorCode::kIo, opt_prefix(option, where) +
+                                          "cannot read the staging directory: " +
+                                          std::strerror(errno));
+  }
+  for (const std::string& n : names) {
+    const std::string target = where + "/" + n;
+    struct stat s, t;
+    if (::fstatat(from, n.c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!S_ISDIR(s.st_mode)) {
+      files.push_back(n);
+      continue;
+    }
+    if (::fstatat(to, n.c_str(), &t, AT_SYMLINK_NOFOLLOW) == 0) {
+      DirFd sf(open_subdir(from, n)), tf(open_subdir(to, n));
+      if (sf.fd < 0 || tf.fd < 0) {
+        return make_error(ErrorCode::kIo, opt_prefix(option, target) + "cannot open: " +
+                                              std::strerror(errno));
+      }
+      RETURN_IF_ERROR(move_into(sf.fd, tf.fd, target, option));
+      continue;
+    }
+    if (::renameat(from, n.c_str(), to, n.c_str()) != 0) {
+      return make_error(ErrorCode::kIo, opt_prefix(option, target) + "cannot write: " +
+                                            std::strerror(errno));
+    }
+  }
+  for (const std::string& n : files) {
+    if (::renameat(from, n.c_str(), to, n.c_str()) != 0) {
+      return make_error(ErrorCode::kIo, opt_prefix(option, where + "/" + n) + "cannot write: " +
+                                            std::strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status OutputDir::commit() {
   if (staging_.empty()) return make_error(ErrorCode::kInternal, path_ + ": committed twice");
+  if (staging_fd_ >= 0) ::close(staging_fd_);
+  staging_fd_ = -1;
   const mode_t mask = ::umask(0);
   ::umask(mask);
   struct stat st;
-  if (!existed_ && ::stat(path_.c_str(), &st) != 0) {
+  if (!existed_ && ::lstat(path_.c_str(), &st) != 0) {
     // The usual case: the directory appears whole, with the mode a mkdir would give it.
     ::chmod(staging_.c_str(), 0777 & ~mask);
     if (::rename(staging_.c_str(), path_.c_str()) == 0) {
       staging_.clear();
+      slot_.release();
       return Status::Ok();
     }
-    if (::stat(path_.c_str(), &st) != 0) {
+    if (::lstat(path_.c_str(), &st) != 0) {
       const int e = errno;
       discard();
       return make_error(ErrorCode::kIo, opt_prefix(option_, path_) +
                                             "cannot create the directory: " + std::strerror(e));
     }
   }
-  // Into an existing directory: every target is checked before the first rename.
-  const std::vector<std::string> names = list_dir(staging_);
-  for (const std::string& n : names) {
-    const std::string target = path_ + "/" + n;
-    if (Status s = check_output_file(target, option_, inputs_); !s.ok()) {
-      discard();
-      return s;
-    }
+  // Into an existing directory (the one the user named; links inside it are never
+  // followed): every target is checked before the first rename.
+  FileIds inputs;
+  for (const std::string& in : inputs_) {
+    struct stat is;
+    if (!in.empty() && ::stat(in.c_str(), &is) == 0) inputs.emplace_back(is.st_dev, is.st_ino);
   }
-  for (const std::string& n : names) {
-    const std::string target = path_ + "/" + n;
-    if (::rename((staging_ + "/" + n).c_str(), target.c_str()) != 0) {
-      const int e = errno;
-      discard();
-      return make_error(ErrorCode::kIo, opt_prefix(option_, target) + "cannot write: " +
-                                            std::strerror(e));
+  Status s = Status::Ok();
+  {
+    DirFd to(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    DirFd from(::open(staging_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (to.fd < 0 || from.fd < 0) {
+      s = make_error(ErrorCode::kIo,
+                     opt_prefix(option_, path_) + "cannot open: " + std::strerror(errno));
     }
+    if (s.ok()) s = check_into(from.fd, to.fd, path_, option_, inputs);
+    if (s.ok()) s = move_into(from.fd, to.fd, path_, option_);
   }
-  ::rmdir(staging_.c_str());
-  staging_.clear();
-  return Status::Ok();
+  discard();  // what is left: emptied directories, or everything after an error
+  return s;
 }
 
 }  // namespace llmrr::safeio

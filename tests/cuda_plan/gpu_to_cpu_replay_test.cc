@@ -185,7 +185,8 @@ TEST(GpuToCpuReplay, DeviceCudaWithoutCudaSaysSo) {
       run_command(rtest::llmrr_binary() + " replay --device cuda " + traces().exact, &out, true);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("built without CUDA"), std::string::npos) << out;
-  for (const char* cmd : {"run", "record -o /dev/null"}) {
+  // (record's -o is a new path: a device such as /dev/null is refused as an output.)
+  for (const std::string& cmd : {std::string("run"), "record -o " + temp_path("nocuda.trace")}) {
     rc = run_command(
         rtest::llmrr_binary() + " " + cmd + " --model builtin:tiny-dense --prompt hi --device cuda",
         &out, true);

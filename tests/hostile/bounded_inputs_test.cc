@@ -261,14 +261,34 @@ TEST(ExitCodes, DiffModelNotARegularFileIsExit2NamingIt) {
 }
 
 TEST(ExitCodes, AWriteErrorNamesThePath) {
-  // /dev/full is written through (no temporary file): the bundle writer was handed the empty
-  // temporary name, and said ": write failed".
+  // A device as an output is refused before any work, naming it (it was written through,
+  // and the bundle writer said ": write failed" with an empty name).
   const std::string& t = good_trace();
-  expect_refused("pack " + t + " -o /dev/full", "io (200): /dev/full: write failed",
-                 "No space left on device");
-  expect_refused("report " + t + " -o /dev/full", "/dev/full: write failed", "No space left");
-  expect_refused("export " + t + " --perfetto /dev/full", "/dev/full: write failed",
-                 "No space left");
+  for (const std::string& args : {"pack " + t + " -o /dev/full", "report " + t + " -o /dev/full",
+                                  "export " + t + " --perfetto /dev/full"}) {
+    expect_refused(args, "/dev/full", "is a character device");
+  }
+  // A write that fails (a file-size limit, the signal ignored so the write returns EFBIG)
+  // names the output the user gave, not the temporary file it goes to, and leaves neither.
+  const std::string dir = temp_path("bounded-efbig");
+  ASSERT_EQ(run_command("rm -rf " + dir + " && mkdir " + dir, nullptr), 0);
+  for (const std::string& args : {"pack " + t + " -o " + dir + "/b.llmrr",
+                                  "report " + t + " -o " + dir + "/r.html",
+                                  "export " + t + " --perfetto " + dir + "/p.json"}) {
+    const std::string err = temp_path("bounded-efbig.txt");
+    const int rc = run_command("{ trap '' XFSZ; ulimit -f 2; timeout 60 " + rtest::llmrr_binary() +
+                                   " " + args + " >/dev/null 2>" + err + "; }",
+                               nullptr);
+    const std::string msg = rtest::read_file(err);
+    EXPECT_EQ(rc, 2) << args << "\n" << msg;
+    EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 1) << args << "\n" << msg;
+    EXPECT_NE(msg.find("File too large"), std::string::npos) << args << "\n" << msg;
+    EXPECT_NE(msg.find(args.substr(args.rfind(' ') + 1) + ":"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find(".llmrr-"), std::string::npos) << "names the temporary: " << msg;
+  }
+  std::string left;
+  run_command("ls -A " + dir, &left);
+  EXPECT_EQ(left, "");
 }
 
 }  // namespace

@@ -1,11 +1,18 @@
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <set>
 #include <string>
 
+#include "llmrr/safeio/cleanup.h"
 #include "llmrr/safeio/input.h"
 #include "llmrr/safeio/json.h"
 #include "llmrr/safeio/output.h"
@@ -190,6 +197,122 @@ TEST(Safeio, OutputDirLandsWholeOrNotAtAll) {
   EXPECT_FALSE(safeio::OutputDir::create(out + "/a.npy", "--npy", {}).ok());
   EXPECT_FALSE(safeio::OutputDir::create(out, "--npy", {out}).ok());
   EXPECT_EQ(names_in(parent), std::set<std::string>{"out"});
+}
+
+// Each writer its own temporary: two OutputFiles for one path never share a name, a FIFO
+// or a device at the path is refused without being opened, and a link planted at a name
+// a writer then opens by path (open_for_writing) is not followed.
+TEST(Safeio, OutputFilesAreUniqueAndNeverOpenAFifoOrALink) {
+  const std::string dir = fresh_dir("safeio-unique");
+  const std::string p = dir + "/out.bin";
+  Result<safeio::OutputFile> a = safeio::OutputFile::create(p, "-o");
+  Result<safeio::OutputFile> b = safeio::OutputFile::create(p, "-o");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->temp_path(), b->temp_path());
+  ASSERT_TRUE(a->write("first").ok());
+  ASSERT_TRUE(b->write("second, longer").ok());
+  ASSERT_TRUE(a->commit().ok());
+  ASSERT_TRUE(b->commit().ok());
+  EXPECT_EQ(rtest::read_file(p), "second, longer");  // the last rename wins, whole
+  EXPECT_EQ(names_in(dir), std::set<std::string>{"out.bin"});
+
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/null")}) {
+    Result<safeio::OutputFile> f = safeio::OutputFile::create(path, "-o");
+    ASSERT_FALSE(f.ok()) << path;
+    EXPECT_EQ(f.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(f.status().message().find(path), std::string::npos) << f.status().message();
+    EXPECT_FALSE(safeio::check_output_file(path, "-o", {}).ok()) << path;
+  }
+
+  const std::string victim = dir + "/victim";
+  rtest::write_file(victim, "keep");
+  const std::string planted = dir + "/planted";
+  ASSERT_EQ(::symlink(victim.c_str(), planted.c_str()), 0);
+  errno = 0;
+  EXPECT_EQ(safeio::open_for_writing(planted), nullptr);
+  EXPECT_EQ(errno, ELOOP);
+  EXPECT_EQ(rtest::read_file(victim), "keep");
+  std::FILE* f = safeio::open_for_writing(dir + "/plain");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+}
+
+// The cleanup handler: a process killed by SIGTERM (or SIGINT, SIGHUP, SIGXFSZ) while it
+// holds temporaries removes them (a staging directory with everything in it, a link inside
+// removed and not followed) and still dies of the signal.
+TEST(Safeio, ASignalRemovesLiveTemporariesAndStillKills) {
+  const std::string dir = fresh_dir("safeio-signal");
+  const std::string outside = fresh_dir("safeio-signal-outside");
+  rtest::write_file(outside + "/keep", "keep");
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGXFSZ}) {
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(ready[0]);
+      for (int s : {SIGTERM, SIGINT, SIGHUP, SIGXFSZ}) std::signal(s, SIG_DFL);
+      const struct rlimit no_core = {0, 0};
+      ::setrlimit(RLIMIT_CORE, &no_core);  // SIGXFSZ's default action dumps core
+      Result<safeio::OutputFile> f = safeio::OutputFile::create(dir + "/out.bin", "-o");
+      Result<safeio::OutputDir> d = safeio::OutputDir::create(dir + "/tree", "-o", {});
+      if (!f.ok() || !d.ok()) ::_exit(3);
+      (void)f->write("partial");
+      std::fflush(f->file());
+      Result<int> fd = d->create_file("a/b/c.npy");
+      if (!fd.ok()) ::_exit(4);
+      ::close(*fd);
+      if (::symlink(outside.c_str(), (d->write_path() + "/a/link").c_str()) != 0) ::_exit(5);
+      (void)!::write(ready[1], "x", 1);
+      for (;;) ::pause();
+    }
+    ::close(ready[1]);
+    char c;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1) << "the child could not set up";
+    ::close(ready[0]);
+    ASSERT_EQ(::kill(pid, sig), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << sig;
+    EXPECT_EQ(WTERMSIG(status), sig);
+    EXPECT_EQ(names_in(dir), std::set<std::string>{}) << "signal " << sig;
+    EXPECT_EQ(names_in(outside), std::set<std::string>{"keep"});
+  }
+}
+
+// unpack's way in: files created through directory handles, and a commit into an existing
+// directory that finds a link where a directory goes refuses before anything moves.
+TEST(Safeio, OutputDirNeverWritesThroughALinkItFinds) {
+  const std::string parent = fresh_dir("safeio-outdir-link");
+  const std::string outside = fresh_dir("safeio-outdir-outside");
+  const std::string out = parent + "/out";
+  ASSERT_EQ(::mkdir(out.c_str(), 0777), 0);
+  ASSERT_EQ(::symlink(outside.c_str(), (out + "/traces").c_str()), 0);
+  {
+    Result<safeio::OutputDir> d = safeio::OutputDir::create(out, "-o", {});
+    ASSERT_TRUE(d.ok());
+    for (const char* name : {"traces/a.trace", "manifest.json"}) {
+      Result<int> fd = d->create_file(name);
+      ASSERT_TRUE(fd.ok()) << fd.status().to_string();
+      EXPECT_EQ(::write(*fd, "x", 1), 1);
+      ::close(*fd);
+    }
+    EXPECT_FALSE(d->create_file("manifest.json").ok());  // O_EXCL: never written twice
+    EXPECT_FALSE(d->create_file("../escape").ok());
+    const Status st = d->commit();
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("symbolic link"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(names_in(outside), std::set<std::string>{});
+  EXPECT_EQ(names_in(out), std::set<std::string>{"traces"});  // not even manifest.json
+  // safeio::remove_tree removes a link, never what it names.
+  ASSERT_EQ(::mkdir((parent + "/t").c_str(), 0777), 0);
+  ASSERT_EQ(::symlink(outside.c_str(), (parent + "/t/link").c_str()), 0);
+  rtest::write_file(outside + "/keep", "keep");
+  EXPECT_TRUE(safeio::remove_tree((parent + "/t").c_str()));
+  EXPECT_EQ(names_in(parent), std::set<std::string>{"out"});
+  EXPECT_EQ(rtest::read_file(outside + "/keep"), "keep");
 }
 
 }  // namespace

@@ -113,6 +113,20 @@ std::vector<Case> cases() {
        "content hash mismatch"},
       {"bad-count", make_bundle({{"manifest.json", manifest()}, {"traces/a.trace", five}}, 1),
        "the end record counts"},
+      // An entry that is a file and also a directory of another: --list passed it, unpack
+      // could not write it.
+      {"file-and-directory",
+       make_bundle({{"manifest.json",
+                     R"({"format": "llmrr-pack", "traces": [{"entry": "traces/a.trace"}, )"
+                     R"({"entry": "traces/a.trace/b.trace"}]})"},
+                    {"traces/a.trace", five},
+                    {"traces/a.trace/b.trace", five}}),
+       "is an entry (a file) and a directory"},
+      {"long-name-part",
+       make_bundle({{"manifest.json", R"({"format": "llmrr-pack", "traces": [{"entry": "traces/)" +
+                                          std::string(300, 'a') + R"("}]})"},
+                    {"traces/" + std::string(300, 'a'), five}}),
+       "expected at most 255"},
   };
 }
 

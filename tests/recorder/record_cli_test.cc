@@ -1,14 +1,23 @@
 // `llmrr record` end to end: stdout as `llmrr run`, exit codes, a run header that describes
-// the engine completely, requests files, an I/O error mid-run (file size limit), and the
-// trace tools (inspect / verify / dump) on what it wrote.
+// the engine completely, requests files, what a record that fails, is killed or is
+// interrupted leaves at -o and beside it, and the trace tools (inspect / verify / dump) on
+// what it wrote.
+#include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "llmrr/format/trace_reader.h"
@@ -347,23 +356,125 @@ TEST(RecordCli, UsageErrorsExit2) {
   EXPECT_NE(help.out.find("--capture"), std::string::npos);
 }
 
-// An I/O error while recording (file size limit): the engine finishes, stdout is unchanged,
-// the trace is lossy with the reason, the exit code says the trace is incomplete.
-TEST(RecordCli, IoErrorKeepsTheOutputAndMarksTheTraceLossy) {
+// Files in the directory of `path` whose name starts with its name and ".partial-".
+std::vector<std::string> partials_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = path.substr(0, slash), base = path.substr(slash + 1) + ".partial-";
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (std::string(e->d_name).rfind(base, 0) == 0) out.push_back(dir + "/" + e->d_name);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+// An earlier trace at `path`; its bytes.
+std::string earlier_trace(const std::string& path) {
+  CliResult r = llmrr({"record", "--model", "builtin:tiny-moe", "--prompt", "earlier",
+                       "--max-tokens", "3", "-q", "-o", path});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  return slurp(path);
+}
+
+// `llmrr record ... -o path` on a long run, started with SIGINT and SIGTERM at their default
+// (a shell would start a background job with SIGINT ignored); returns its pid once its
+// partial file holds a step chunk (the run is under way), or -1.
+pid_t start_long_record(const std::string& path) {
+  const std::vector<std::string> args = {LLMRR_BIN, "record", "--model", "builtin:tiny-moe",
+                                         "--prompt", "abc", "--load", "8", "--max-tokens", "4000",
+                                         "--threads", "1", "-q", "-o", path};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    const int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) ::dup2(fd, 1);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  for (int i = 0; i < 6000; ++i) {
+    for (const std::string& p : partials_of(path)) {
+      struct stat st;
+      if (::stat(p.c_str(), &st) == 0 && st.st_size > 16384) return pid;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  ADD_FAILURE() << "no partial file of " << path << " grew past a step chunk";
+  return -1;
+}
+
+// A record that cannot write (a file-size limit, the signal at its default: record turns
+// it into a write error itself) stops recording, says so, exits 2, leaves no partial file
+// and the trace that was at -o byte for byte. (Before: SIGXFSZ killed it, exit 153, and the
+// earlier trace was gone.)
+TEST(RecordCli, ARecordThatCannotWriteLeavesTheOldTraceAndNoPartialFile) {
   const std::string path = temp_path("limited.trace");
+  const std::string before = earlier_trace(path);
+  ASSERT_FALSE(before.empty());
   std::vector<std::string> args = with(with({"record"}, kEngine), {"--capture", "all", "-o", path});
-  CliResult r = llmrr(args, "trap '' XFSZ; ulimit -f 8;");  // 4 KiB in 512-byte blocks
-  CliResult run = llmrr(with({"run"}, kEngine));
+  CliResult r = llmrr(args, "ulimit -f 8;");  // 4 KiB in 512-byte blocks
   EXPECT_EQ(r.rc, 2) << r.err;
-  EXPECT_EQ(r.out, run.out);
-  EXPECT_NE(r.err.find("lossy"), std::string::npos) << r.err;
-  auto reader = open_reader(path);
-  ASSERT_NE(reader, nullptr);
-  EXPECT_TRUE(reader->lossy());
-  EXPECT_NE(reader->lossy_reason().find("File too large"), std::string::npos)
-      << reader->lossy_reason();
-  Status v = reader->verify();
-  EXPECT_TRUE(v.ok()) << v.to_string();
+  // The recorder never costs the user the run: the text is generated to its end.
+  EXPECT_EQ(r.out, llmrr(with({"run"}, kEngine)).out);
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("could not be written"), std::string::npos) << r.err;
+  EXPECT_TRUE(slurp(path) == before) << "the earlier trace at -o changed";
+  EXPECT_EQ(partials_of(path), std::vector<std::string>{});
+}
+
+// kill -9 mid-run: the earlier trace at -o is untouched, and the partial file beside it is
+// the readable prefix of the run (verify refuses it as incomplete, --allow-incomplete reads it).
+TEST(RecordCli, AKilledRecordLeavesTheOldTraceAndAReadablePartialFile) {
+  const std::string path = temp_path("killed.trace");
+  const std::string before = earlier_trace(path);
+  const pid_t pid = start_long_record(path);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(pid, nullptr, 0), pid);
+  EXPECT_TRUE(slurp(path) == before) << "the earlier trace at -o changed";
+  const std::vector<std::string> partial = partials_of(path);
+  ASSERT_EQ(partial.size(), 1u);
+  EXPECT_EQ(llmrr({"verify", partial[0]}).rc, 2);
+  CliResult v = llmrr({"verify", "--allow-incomplete", partial[0]});
+  EXPECT_EQ(v.rc, 0) << v.out << v.err;
+  EXPECT_NE(v.out.find("incomplete"), std::string::npos) << v.out;
+  std::remove(partial[0].c_str());
+}
+
+// Ctrl-C (SIGINT) and SIGTERM stop a long capture at a step boundary and keep it: the trace
+// at -o verifies, complete (with its footer) and lossy "interrupted by SIGINT"; the exit
+// status is the shell's for the signal; no partial file is left.
+TEST(RecordCli, AnInterruptedRecordKeepsAVerifiableTraceMarkedInterrupted) {
+  for (int sig : {SIGINT, SIGTERM}) {
+    const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    const std::string path = temp_path("interrupted-" + name + ".trace");
+    earlier_trace(path);
+    const pid_t pid = start_long_record(path);
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(::kill(pid, sig), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status)) << name << ": killed by signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 128 + sig) << name;
+    EXPECT_EQ(partials_of(path), std::vector<std::string>{}) << name;
+    CliResult v = llmrr({"verify", path});
+    EXPECT_EQ(v.rc, 0) << name << v.out << v.err;
+    EXPECT_NE(v.out.find("lossy: interrupted by " + name), std::string::npos) << v.out;
+    auto reader = open_reader(path);
+    ASSERT_NE(reader, nullptr);
+    EXPECT_TRUE(reader->complete());
+    EXPECT_TRUE(reader->lossy());
+    EXPECT_EQ(reader->lossy_reason(), "interrupted by " + name);
+    EXPECT_GT(reader->step_count(), 0);
+    EXPECT_LT(reader->token_count(), 4000 + 8 * 4000) << "the run went to its end";
+  }
 }
 
 // --reference with --logits full: the XOR-coded trace is smaller and the format tools read

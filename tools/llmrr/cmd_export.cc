@@ -71,7 +71,7 @@ int run_export_command(int argc, char** argv) {
   if (!perfetto.empty()) {
     Result<replay::PerfettoSummary> s =
         replay::export_perfetto(**reader, perfetto_file->write_path());
-    if (!s.ok()) return cli::report("export", s.status());
+    if (!s.ok()) return cli::report("export", perfetto_file->in_final_terms(s.status()));
     ps = *s;
   }
   std::optional<replay::NpyExportSummary> ns;

@@ -1,10 +1,12 @@
 // llmrr record: run the engine like `llmrr run` and write everything it did into a trace.
 // The target's text goes to stdout, a progress bar (when stderr is a terminal) and a closing
 // summary to stderr.
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -45,6 +47,38 @@ int fail(const Status& st) {
 int usage_error(const std::string& what) {
   std::fprintf(stderr, "%s: error: %s (see llmrr record --help)\n", kCmd, what.c_str());
   return 2;
+}
+
+// SIGINT, SIGTERM and SIGHUP stop the recording at the next step boundary: the trace is
+// closed (lossy, "interrupted by SIGINT") and renamed into place, so a long capture stopped
+// with Ctrl-C is kept. The handler is one-shot: a second signal ends the process at once,
+// leaving the partial file as a crash would. SIGXFSZ is ignored, so a file-size limit shows
+// as a write error (EFBIG) that the recorder reports, not as a silent death.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+void install_stop_handlers() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old;
+    // A signal the caller ignores (nohup) stays ignored.
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    ::sigaction(sig, &sa, nullptr);
+  }
+  std::signal(SIGXFSZ, SIG_IGN);
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
 }
 
 // A one-line progress bar on stderr, redrawn at most ten times a second; erased at the end.
@@ -202,8 +236,12 @@ int run_record_command(int argc, char** argv) {
       "\"target\", else the first.\n"
       "\nA progress bar is drawn on stderr when it is a terminal and stdout is not (stdout then\n"
       "streams the target's text); -q turns it and the summary off.\n"
+      "\nThe trace is written to <OUTPUT>.partial-XXXXXX beside -o and renamed over -o when the\n"
+      "run ends: -o is replaced only by a whole trace. SIGINT / SIGTERM / SIGHUP stop the run at\n"
+      "a step boundary and keep what was recorded (lossy: interrupted; a second signal kills).\n"
+      "A trace that cannot be written (disk full, file-size limit) is removed, -o untouched.\n"
       "\nExit: 0 ok, 2 bad input or usage (or the trace could not be written completely),\n"
-      "3 internal error.");
+      "3 internal error, 128+N stopped by signal N (the trace kept).");
   cli::EngineOptions o;
   RecordOptions ro;
   cli::add_engine_options(app, o);
@@ -255,13 +293,15 @@ int run_record_command(int argc, char** argv) {
   rec_opts.top_k = ro.logits_top_k;
   rec_opts.writer.zstd_level = ro.zstd_level;
   rec_opts.writer.sync_on_close = ro.sync;
+  rec_opts.warn_on_stop = false;  // reported below, with what happens to the trace
   const bool from_file = !ro.requests.empty();
   if (from_file && (!o.prompt.empty() || !o.prompt_ids.empty())) {
     return usage_error("--requests excludes --prompt and --prompt-ids");
   }
 
-  // Before any work: the trace is none of the inputs and its directory exists (a recording
-  // is written in place, not renamed, so that a killed run leaves a readable prefix).
+  // Before any work: the trace is none of the inputs, not a FIFO or a device, and its
+  // directory exists. It is written to a partial file beside it and renamed over it when
+  // the run ends (below).
   if (Status st = safeio::check_output_file(ro.output, "-o", {o.model, ro.requests, ro.reference});
       !st.ok()) {
     return fail(st);
@@ -338,10 +378,20 @@ int run_record_command(int argc, char** argv) {
     if (!dev.ok()) return fail(dev.status());
     header.device = *dev;
   }
-  Result<std::unique_ptr<TraceRecorder>> rec = TraceRecorder::open(ro.output, header, rec_opts);
+  // The trace goes to "<-o>.partial-XXXXXX" beside -o (a name nobody else has, created
+  // O_EXCL) and is renamed over -o when the run ends: an earlier trace at -o stays whole
+  // until a new one replaces it; a record killed outright leaves the partial file, which
+  // `llmrr verify --allow-incomplete` reads.
+  install_stop_handlers();
+  Result<safeio::OutputFile> partial =
+      safeio::OutputFile::create(ro.output, "-o", safeio::OutputFile::Kind::kPartial);
+  Result<std::unique_ptr<TraceRecorder>> rec =
+      partial.ok() ? TraceRecorder::open(partial->write_path(), header, rec_opts)
+                   : Result<std::unique_ptr<TraceRecorder>>(partial.status());
   if (!rec.ok()) {
     // The recorder never costs the user the run: the text is generated and printed as
     // without recording, and the exit status (2) says no trace was written.
+    if (partial.ok()) partial->discard();
     std::fprintf(stderr, "%s: error: %s\n%s: no trace is written; the run goes on without it\n",
                  kCmd, one_line(rec.status()).c_str(), kCmd);
     cli::TextStream stream(s.model.tokenizer.get(), s.target, e.model_config().eos);
@@ -353,6 +403,11 @@ int run_record_command(int argc, char** argv) {
     return exit_code_for(rec.status());
   }
   TraceRecorder& recorder = **rec;
+  const std::string partial_path = partial->write_path();
+  if (!ro.quiet) {
+    std::fprintf(stderr, "%s: recording into %s (renamed to %s when the run ends)\n", kCmd,
+                 partial_path.c_str(), ro.output.c_str());
+  }
 
   // The engine's idle pool workers complete the recorder's steps in the engine's serial
   // phases (when the engine's threads fill the cores); removed below before the recorder
@@ -368,41 +423,58 @@ int run_record_command(int argc, char** argv) {
     e.add_observer(progress.get());
   }
 
-  Status run = e.run();
+  // Step by step: a stop signal ends the run at a step boundary. A recording error does not
+  // (the recorder never costs the user the run): the text is generated to its end, and the
+  // trace that could not be written is removed below.
+  Status run = Status::Ok();
+  while (g_stop_signal == 0) {
+    Result<bool> more = e.step();
+    if (!more.ok()) {
+      run = more.status();
+      break;
+    }
+    if (!*more) break;
+  }
+  const int stopped_by = g_stop_signal;
+  if (stopped_by != 0) recorder.mark_lossy(std::string("interrupted by ") + signal_name(stopped_by));
   e.remove_observer(&recorder);
   std::printf("\n");
   std::fflush(stdout);
   if (progress) progress->finish();
   Status closed = recorder.close();
+  if (!closed.ok()) {
+    // Not written whole (disk full, a file-size limit, an I/O error): the partial file goes
+    // and -o keeps what it held.
+    partial->discard();
+    std::fprintf(stderr,
+                 "%s: error: %s\n%s: the trace could not be written; no trace is kept and %s "
+                 "is left as it was\n",
+                 kCmd, one_line(closed).c_str(), kCmd, ro.output.c_str());
+    return exit_code_for(closed);
+  }
   if (!run.ok()) {
-    // The trace holds every step the engine finished; say so next to the engine's error.
-    std::fprintf(stderr, "%s: the engine stopped; %s holds its first %" PRId64 " steps\n", kCmd,
-                 ro.output.c_str(), recorder.stats().steps);
+    // The engine broke off: the trace holds every step it finished, kept under the partial
+    // name (it is not the run that was asked for, so it does not replace -o).
+    const std::string kept = partial->keep();
+    std::fprintf(stderr, "%s: the engine stopped; %s holds its first %" PRId64 " steps (%s is left "
+                 "as it was)\n", kCmd, kept.c_str(), recorder.stats().steps, ro.output.c_str());
     return fail(run);
+  }
+  if (Status st = partial->commit(); !st.ok()) {
+    std::fprintf(stderr, "%s: error: %s\n%s: no trace is kept and %s is left as it was\n", kCmd,
+                 one_line(st).c_str(), kCmd, ro.output.c_str());
+    return exit_code_for(st);
   }
 
   RecorderStats rs = recorder.stats();
   const EngineStats& es = e.stats();
-  // What the file holds (after an I/O error, less than what was recorded; nothing when the
-  // error came before the run header reached it: the writer then removed the file).
-  std::unique_ptr<trace::TraceReader> back;
-  if (!closed.ok() || !ro.quiet) {
-    if (auto r = trace::TraceReader::open(ro.output); r.ok()) back = std::move(*r);
-  }
-  if (!closed.ok() && !back) {
-    std::fprintf(stderr,
-                 "%s: no trace is written (the error came before its run header reached the "
-                 "file); the generated text is complete\n",
-                 kCmd);
-    return fail(closed);
-  }
   if (!ro.quiet) {
     int64_t steps = rs.steps, tokens = rs.tokens;
     uint64_t bytes = rs.file_bytes;
-    if (back) {
-      steps = back->step_count();
-      tokens = back->token_count();
-      bytes = back->file_size();
+    if (auto back = trace::TraceReader::open(ro.output); back.ok()) {
+      steps = (*back)->step_count();
+      tokens = (*back)->token_count();
+      bytes = (*back)->file_size();
     }
     double per_token = tokens > 0 ? static_cast<double>(bytes) / tokens : 0.0;
     std::string extra;
@@ -414,17 +486,19 @@ int run_record_command(int argc, char** argv) {
                  "%s: %s%s: %" PRId64 " steps, %" PRId64 " tokens, %zu requests, %" PRId64
                  " fingerprints%s | %.1f KiB, %.1f bytes/token | %s, capture %s, logits %s | "
                  "%.1f tokens/s\n",
-                 kCmd, ro.output.c_str(), closed.ok() ? "" : " (LOSSY)", steps, tokens,
+                 kCmd, ro.output.c_str(), stopped_by != 0 ? " (INTERRUPTED)" : "", steps, tokens,
                  s.requests.size(), rs.fingerprints, extra.c_str(), bytes / 1024.0, per_token,
                  s.policy_name.c_str(), ro.capture.c_str(), ro.logits.c_str(),
                  es.seconds > 0 ? es.generated / es.seconds : 0.0);
   }
-  if (!closed.ok()) {
+  if (stopped_by != 0) {
+    // Stopped on request: the trace is kept (lossy: "interrupted by SIGINT"), and the exit
+    // status is the shell's for that signal.
     std::fprintf(stderr,
-                 "%s: recording stopped early; %s is lossy (it holds the steps written before "
-                 "the error); the generated text is complete\n",
-                 kCmd, ro.output.c_str());
-    return fail(closed);
+                 "%s: interrupted by %s; %s holds the %" PRId64 " steps recorded before it "
+                 "(marked lossy: interrupted)\n",
+                 kCmd, signal_name(stopped_by), ro.output.c_str(), rs.steps);
+    return 128 + stopped_by;
   }
   return 0;
 }

@@ -22,6 +22,7 @@
 #include "cli/child.h"
 #include "cli/cli.h"
 #include "llmrr/replayer/diff_kernels.h"
+#include "llmrr/safeio/output.h"
 
 namespace {
 
@@ -30,6 +31,11 @@ using namespace llmrr;
 bool is_file(const std::string& p) {
   struct stat st;
   return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+[[maybe_unused]] bool has_bytes(const std::string& p) {
+  struct stat st;
+  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
 }
 
 std::string self_dir() {
@@ -133,17 +139,23 @@ int run_record_cuda_command(int argc, char** argv) {
                                                      where + " (or set LLMRR_CUPTI_LIBRARY)"));
   }
   const std::string path = absolute(out);
-  // A stale trace from an earlier run must not be mistaken for this one's.
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-    return cli::report(
-        "record-cuda",
-        make_error(ErrorCode::kIo, path + ": cannot replace: " + std::strerror(errno)));
+  // The injection library writes "<-o>.partial-XXXXXX" (created O_EXCL here), renamed over
+  // -o once the program is done and the trace reads: an earlier trace at -o stays whole
+  // until then, and a stale one is never mistaken for this run's. A FIFO or a device as -o
+  // is refused.
+  if (Status st = safeio::check_output_file(path, "-o", {}); !st.ok()) {
+    return cli::report("record-cuda", st);
+  }
+  Result<safeio::OutputFile> partial =
+      safeio::OutputFile::create(path, "-o", safeio::OutputFile::Kind::kPartial);
+  if (!partial.ok()) return cli::report("record-cuda", partial.status());
+  const std::string written = partial->write_path();
   std::string cmdline;
   for (const std::string& c : command) cmdline += (cmdline.empty() ? "" : " ") + quote(c);
 
   Result<int> ran = cli::run_program("record-cuda", command, [&] {
     ::setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
-    ::setenv("LLMRR_CUPTI_OUTPUT", path.c_str(), 1);
+    ::setenv("LLMRR_CUPTI_OUTPUT", written.c_str(), 1);
     ::setenv("LLMRR_CUPTI_PID", std::to_string(::getpid()).c_str(), 1);
     ::setenv("LLMRR_CUPTI_COMMAND", cmdline.c_str(), 1);
     ::setenv("LLMRR_CUPTI_BUFFERS", std::to_string(buffers).c_str(), 1);
@@ -163,18 +175,28 @@ int run_record_cuda_command(int argc, char** argv) {
   });
   if (!ran.ok()) return cli::report("record-cuda", ran.status());
   const int code = *ran;
-  if (code == 127 && !is_file(path)) return 127;
-  if (!is_file(path)) {
+  // The partial file was created empty: nothing in it means no trace (it is removed).
+  if (code == 127 && !has_bytes(written)) return 127;
+  if (!has_bytes(written)) {
     cli::report("record-cuda",
                 make_error(ErrorCode::kNotFound,
                            path + ": no trace written: the program never initialized CUDA, or "
                                   "the injection library could not start (see its warnings)"));
     return code != 0 ? code : cli::kExitBadInput;
   }
-  auto sum = replay::summarize_kernel_trace(path);
+  auto sum = replay::summarize_kernel_trace(written);
   if (!sum.ok()) {
+    // Kept under its own name for a look (a crashed program's trace may be a readable
+    // prefix: verify --allow-incomplete); -o is left as it was.
+    const std::string kept = partial->keep();
     cli::report("record-cuda", sum.status());
+    std::fprintf(stderr, "llmrr record-cuda: %s is kept; %s is left as it was\n", kept.c_str(),
+                 path.c_str());
     return code != 0 ? code : cli::exit_code(sum.status());
+  }
+  if (Status st = partial->commit(); !st.ok()) {
+    cli::report("record-cuda", st);
+    return code != 0 ? code : cli::exit_code(st);
   }
   std::fprintf(
       stderr,

@@ -11,12 +11,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "cli/child.h"
 #include "cli/cli.h"
 #include "llmrr/format/trace_reader.h"
+#include "llmrr/safeio/output.h"
 
 namespace {
 
@@ -25,6 +27,11 @@ using namespace llmrr;
 bool is_file(const std::string& p) {
   struct stat st;
   return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool has_bytes(const std::string& p) {
+  struct stat st;
+  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
 }
 
 std::string absolute(const std::string& p) {
@@ -67,27 +74,42 @@ int run_record_vllm_command(int argc, char** argv) {
       "written; 3 internal error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   const std::string path = absolute(out);
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    return cli::report("record-vllm",
-                       make_error(ErrorCode::kInvalidArgument,
-                                  path + ": expected a trace file to write, found something that "
-                                         "is not a regular file"));
+  // The plugin writes "<-o>.partial-XXXXXX" (created O_EXCL here; rank r > 0 writes
+  // "<partial>.rank<r>"), renamed over -o (and -o.rank<r>) when the program is done and the
+  // traces read: an earlier trace at -o stays whole until then, and a stale one is never
+  // mistaken for this run's. A FIFO or a device as -o is refused.
+  if (Status st = safeio::check_output_file(path, "-o", {}); !st.ok()) {
+    return cli::report("record-vllm", st);
   }
-  // A stale trace from an earlier run must not be mistaken for this one's.
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-    return cli::report("record-vllm", make_error(ErrorCode::kIo, path + ": cannot replace: " +
-                                                                     std::strerror(errno)));
+  Result<safeio::OutputFile> partial =
+      safeio::OutputFile::create(path, "-o", safeio::OutputFile::Kind::kPartial);
+  if (!partial.ok()) return cli::report("record-vllm", partial.status());
+  const std::string written = partial->write_path();
+  auto rank_files = [&written] {
+    std::vector<std::string> ranks;
+    for (int rank = 1; rank < 1024 && is_file(written + ".rank" + std::to_string(rank)); ++rank)
+      ranks.push_back(written + ".rank" + std::to_string(rank));
+    return ranks;
+  };
+  struct RankCleanup {  // rank files of a partial trace that was not renamed into place
+    std::function<std::vector<std::string>()> list;
+    bool armed = true;
+    ~RankCleanup() {
+      if (armed)
+        for (const std::string& r : list()) ::unlink(r.c_str());
+    }
+  } rank_cleanup{rank_files};
 
   Result<int> ran = cli::run_program("record-vllm", command, [&] {
-    ::setenv("LLMRR_VLLM_TRACE", path.c_str(), 1);
+    ::setenv("LLMRR_VLLM_TRACE", written.c_str(), 1);
     ::setenv("LLMRR_VLLM_CAPTURE", capture.c_str(), 1);
     ::setenv("LLMRR_VLLM_TOP_K", std::to_string(top_k).c_str(), 1);
   });
   if (!ran.ok()) return cli::report("record-vllm", ran.status());
   const int code = *ran;
-  if (code == 127 && !is_file(path)) return 127;
-  if (!is_file(path)) {
+  // The partial file was created empty: nothing in it means no trace (it is removed).
+  if (code == 127 && !has_bytes(written)) return 127;
+  if (!has_bytes(written)) {
     cli::report("record-vllm",
                 make_error(ErrorCode::kNotFound,
                            path + ": no trace written: the program ran no vLLM model step, or "
@@ -96,9 +118,30 @@ int run_record_vllm_command(int argc, char** argv) {
                                   "point)"));
     return code != 0 ? code : cli::kExitBadInput;
   }
+  const std::vector<std::string> ranks = rank_files();
+  std::vector<std::string> written_traces{written};
+  written_traces.insert(written_traces.end(), ranks.begin(), ranks.end());
+  for (const std::string& t : written_traces) {
+    if (auto r = trace::TraceReader::open(t); !r.ok()) {
+      // Kept under their own names for a look; -o is left as it was.
+      rank_cleanup.armed = false;
+      const std::string kept = partial->keep();
+      cli::report("record-vllm", r.status());
+      std::fprintf(stderr, "llmrr record-vllm: %s is kept; %s is left as it was\n",
+                   kept.c_str(), path.c_str());
+      return code != 0 ? code : cli::exit_code(r.status());
+    }
+  }
   std::vector<std::string> traces{path};
-  for (int rank = 1; rank < 1024 && is_file(path + ".rank" + std::to_string(rank)); ++rank)
-    traces.push_back(path + ".rank" + std::to_string(rank));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const std::string target = path + ".rank" + std::to_string(i + 1);
+    if (::rename(ranks[i].c_str(), target.c_str()) != 0) {
+      return cli::report("record-vllm", make_error(ErrorCode::kIo, target + ": cannot write: " +
+                                                                       std::strerror(errno)));
+    }
+    traces.push_back(target);
+  }
+  if (Status st = partial->commit(); !st.ok()) return cli::report("record-vllm", st);
   for (const std::string& t : traces) {
     auto r = trace::TraceReader::open(t);
     if (!r.ok()) {

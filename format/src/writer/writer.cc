@@ -258,14 +258,24 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path,
       // zero (0.1 ms of close() on the bench machine). Anything else (/dev/null, a FIFO,
       // a symlink, a file this directory does not let us remove) is written through.
       struct stat old;
+      bool replaced = false;
       if (::lstat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode) &&
           ::access(path.c_str(), W_OK) == 0 && ::unlink(path.c_str()) == 0) {
         // Not `created`: the path named a file before, and stays (as before, when the
         // file was truncated) even if nothing readable reaches it.
+        replaced = true;
         fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd >= 0) (void)::fchmod(fd, old.st_mode & 07777);
       }
-      if (fd < 0) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      // Something put at the path between the unlink and the open (a link planted there) is
+      // never opened: written through, a link would truncate the file it names.
+      if (fd < 0 && replaced && errno == EEXIST) {
+        return make_error(ErrorCode::kIo, path + ": cannot create the trace: the path was "
+                                                 "taken by something else while it was "
+                                                 "replaced (expected the file removed)");
+      }
+      if (fd < 0 && !replaced)
+        fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     }
     if (fd < 0) {
       const int e = errno;

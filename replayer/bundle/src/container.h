@@ -74,25 +74,4 @@ inline bool valid_name(const std::string& name) {
   return true;
 }
 
-// A name part made of the allowed characters.
-inline Status mkdirs(const std::string& dir) {
-  if (dir.empty()) return Status::Ok();
-  std::string cur;
-  size_t start = 0;
-  while (start < dir.size()) {
-    size_t end = dir.find('/', start);
-    if (end == std::string::npos) end = dir.size();
-    cur = dir.substr(0, end);
-    if (!cur.empty() && ::mkdir(cur.c_str(), 0777) != 0 && errno != EEXIST) {
-      return io_error(cur, "cannot create the directory");
-    }
-    start = end + 1;
-  }
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return make_error(ErrorCode::kIo, dir + ": not a directory");
-  }
-  return Status::Ok();
-}
-
 }  // namespace llmrr::replay::bundle_internal

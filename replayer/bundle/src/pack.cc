@@ -191,14 +191,6 @@ class BundleWriter {
   uint32_t count_ = 0;
 };
 
-// Temporary files next to the bundle, removed whatever happens.
-struct TempFiles {
-  std::vector<std::string> paths;
-  ~TempFiles() {
-    for (const std::string& p : paths) ::unlink(p.c_str());
-  }
-};
-
 nlohmann::json redaction_json(const RedactReport& r) {
   return {{"kept", r.kept},
           {"redacted_requests", r.redacted},
@@ -280,7 +272,10 @@ Result<PackSummary> write_pack(const std::string& out, const PackOptions& o) {
   RETURN_IF_ERROR(safeio::check_output_file(out, "-o", inputs));
   PackSummary sum;
   sum.path = out;
-  TempFiles temps;
+  // The redacted copies: each under a unique name beside `out` (O_EXCL, never a fixed name
+  // a link could be planted at, never shared by two packs), removed whatever happens,
+  // a signal included.
+  std::vector<safeio::OutputFile> temps;
   nlohmann::json manifest;
   manifest["format"] = "llmrr-pack";
   manifest["version"] = std::to_string(kPackMajor) + "." + std::to_string(kPackMinor);
@@ -325,8 +320,9 @@ Result<PackSummary> write_pack(const std::string& out, const PackOptions& o) {
                           {"compute_dtype", h.model.compute_dtype}}}};
     Source s{name, in, {}};
     if (o.redact) {
-      const std::string tmp = out + ".redact" + std::to_string(i) + ".tmp";
-      temps.paths.push_back(tmp);
+      ASSIGN_OR_RETURN(safeio::OutputFile temp, safeio::OutputFile::create(out, "-o"));
+      const std::string tmp = temp.temp_path();
+      temps.push_back(std::move(temp));
       Result<RedactReport> rep = redact_trace(in, tmp, o.keep);
       if (!rep.ok()) return rep.status();
       t["redaction"] = redaction_json(*rep);
@@ -357,7 +353,8 @@ Result<PackSummary> write_pack(const std::string& out, const PackOptions& o) {
   // Written under a temporary name next to `out`, renamed over it only when whole.
   ASSIGN_OR_RETURN(safeio::OutputFile f, safeio::OutputFile::create(out, "-o"));
   {
-    BundleWriter w(f.file(), f.write_path(), o.zstd_level);
+    // Errors name the bundle being written, not its temporary name.
+    BundleWriter w(f.file(), f.path(), o.zstd_level);
     RETURN_IF_ERROR(w.header());
     for (const Source& s : sources) {
       PackEntry e;

@@ -2,8 +2,8 @@
 // pack.h); pack.cc writes them, container.h holds what both share.
 #include "llmrr/replayer/pack.h"
 
-#include <dirent.h>
-#include <ftw.h>
+#include <fcntl.h>
+#include <climits>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -128,20 +128,41 @@ namespace {
 constexpr uint64_t kExpansionSlack = uint64_t{64} << 20;
 constexpr uint64_t kMaxExpansion = 64;
 
-int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
-  return ::remove(path);
-}
-
-// The staging directory of an extraction, removed with everything in it; and the output
-// directory itself when this extraction created it and it failed.
-struct Staging {
-  std::string dir;
-  std::string created;  // cleared on success
-  ~Staging() {
-    if (!dir.empty()) ::nftw(dir.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    if (!created.empty()) ::rmdir(created.c_str());  // only when empty
+// Ok when entry `name` can sit beside those already seen: no part longer than a file name
+// may be (NAME_MAX), no entry both a file and a directory ("traces/a" and "traces/a/b").
+// --list runs this as unpack does, so a bundle --list passes is one unpack can write.
+Status check_tree(const std::string& where, const std::string& name,
+                  const std::set<std::string>& files, std::set<std::string>* dirs) {
+  size_t start = 0;
+  for (;;) {
+    const size_t slash = name.find('/', start);
+    const size_t end = slash == std::string::npos ? name.size() : slash;
+    if (end - start > NAME_MAX) {
+      return make_error(ErrorCode::kSemantic,
+                        where + ": a part of the name is " + std::to_string(end - start) +
+                            " bytes, expected at most " + std::to_string(NAME_MAX));
+    }
+    if (slash == std::string::npos) break;
+    const std::string parent = name.substr(0, slash);
+    if (files.count(parent)) {
+      return make_error(ErrorCode::kSemantic,
+                        where + ": " + parent +
+                            " is an entry (a file) and a directory of this one, expected one "
+                            "or the other");
+    }
+    start = slash + 1;
   }
-};
+  if (dirs->count(name)) {
+    return make_error(ErrorCode::kSemantic,
+                      where + ": an earlier entry makes it a directory, expected one or the "
+                              "other");
+  }
+  for (size_t slash = name.find('/'); slash != std::string::npos;
+       slash = name.find('/', slash + 1)) {
+    dirs->insert(name.substr(0, slash));
+  }
+  return Status::Ok();
+}
 
 // What manifest.json declares, against which every later entry is checked.
 struct Declared {
@@ -304,16 +325,14 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
                                                      " is newer than this llmrr reads (" +
                                                      std::to_string(kPackMajor) + ".x)");
   }
-  // Entries are written into a staging directory inside `dir` and moved into place only
-  // when the whole bundle has checked out: a damaged bundle leaves nothing behind.
-  Staging staging;
+  // Entries are written into a fresh staging directory (beside `dir`, or inside it when it
+  // exists) through directory descriptors, and moved into place only when the whole bundle
+  // has checked out: a damaged bundle leaves nothing behind, and no link found in `dir` or
+  // planted in the staging directory is followed (safeio::OutputDir).
+  std::optional<safeio::OutputDir> staging;
   if (!dir.empty()) {
-    struct stat ds;
-    if (::stat(dir.c_str(), &ds) != 0) staging.created = dir;
-    RETURN_IF_ERROR(safeio::make_output_dir(dir, "-o"));
-    std::string templ = dir + "/.llmrr-unpack-XXXXXX";
-    if (::mkdtemp(templ.data()) == nullptr) return io_error(dir, "cannot create a directory in");
-    staging.dir = templ;
+    ASSIGN_OR_RETURN(safeio::OutputDir d, safeio::OutputDir::create(dir, "-o", {pack}));
+    staging = std::move(d);
   }
 
   PackContents c;
@@ -324,7 +343,7 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
   std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hasher_owner(hasher,
                                                                                XXH3_freeState);
   XXH3_64bits_reset(hasher);
-  std::set<std::string> seen;
+  std::set<std::string> seen, dirs;
   std::vector<char> buf(kCopyChunk);
   for (uint32_t index = 0;; ++index) {
     const std::string where = "entry " + std::to_string(index);
@@ -367,6 +386,8 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
       return make_error(ErrorCode::kSemantic,
                         pack + ": the first entry is '" + name + "', expected manifest.json");
     }
+    RETURN_IF_ERROR(check_tree(pack + ": " + where + " (" + name.substr(0, 80) + ")", name,
+                               seen, &dirs));
     seen.insert(name);
     XXH3_64bits_update(hasher, eh, sizeof eh);
     XXH3_64bits_update(hasher, name.data(), name.size());
@@ -387,11 +408,14 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
     }
     total += size;
     File out;
-    const std::string target = staging.dir.empty() ? "" : staging.dir + "/" + name;
-    if (!target.empty()) {
-      RETURN_IF_ERROR(mkdirs(target.substr(0, target.rfind('/'))));
-      out.reset(std::fopen(target.c_str(), "wb"));
-      if (!out) return io_error(target, "cannot create");
+    const std::string target = dir + "/" + name;
+    if (staging) {
+      ASSIGN_OR_RETURN(int fd, staging->create_file(name));
+      out.reset(::fdopen(fd, "wb"));
+      if (!out) {
+        ::close(fd);
+        return io_error(target, "cannot open");
+      }
     }
     XXH3_state_t* eh_state = XXH3_createState();
     std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> eh_owner(eh_state,
@@ -425,17 +449,12 @@ Result<PackContents> unpack(const std::string& pack, const std::string& dir) {
     }
   }
   if (dir.empty()) return c;
-  // Everything checked: move the entries into place.
+  // Everything checked: move the entries into place (OutputDir::commit checks every target
+  // before the first rename, and moves manifest.json last).
+  RETURN_IF_ERROR(staging->commit());
   for (const PackEntry& e : c.entries) {
-    const std::string target = dir + "/" + e.name;
-    RETURN_IF_ERROR(mkdirs(target.substr(0, target.rfind('/'))));
-    RETURN_IF_ERROR(safeio::check_output_file(target, "-o", {pack}));
-    if (::rename((staging.dir + "/" + e.name).c_str(), target.c_str()) != 0) {
-      return io_error(target, "cannot write");
-    }
-    if (e.name.rfind("traces/", 0) == 0) c.traces.push_back(target);
+    if (e.name.rfind("traces/", 0) == 0) c.traces.push_back(dir + "/" + e.name);
   }
-  staging.created.clear();
   return c;
 }
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <memory>
 
+#include "llmrr/safeio/output.h"
+
 namespace llmrr::replay {
 namespace {
 
@@ -34,7 +36,7 @@ Status write_npy(const std::string& path, const char* descr, const std::vector<i
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  File f(std::fopen(path.c_str(), "wb"));
+  File f(safeio::open_for_writing(path.c_str()));
   if (!f) return io_error(path, "cannot create");
   const uint16_t len = static_cast<uint16_t>(header.size());
   const unsigned char pre[10] = {0x93,

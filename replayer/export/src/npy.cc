@@ -13,6 +13,7 @@
 #include "llmrr/replayer/npy.h"
 #include "llmrr/runtime/site.h"
 #include "llmrr/safeio/json.h"
+#include "llmrr/safeio/output.h"
 
 namespace llmrr::replay {
 
@@ -127,7 +128,7 @@ Result<NpyExportSummary> export_npy(const trace::TraceReader& reader, const std:
   for (uint64_t site : site_list) sites.push_back(site_name(SiteId::unpack(site)));
   {
     const std::string p = dir + "/sites.json";
-    std::FILE* f = std::fopen(p.c_str(), "wb");
+    std::FILE* f = safeio::open_for_writing(p.c_str());
     const std::string text = safeio::dump(sites, 1) + "\n";
     bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
     if (f != nullptr) ok = std::fclose(f) == 0 && ok;
@@ -174,7 +175,7 @@ Result<NpyExportSummary> export_npy(const trace::TraceReader& reader, const std:
   }
   manifest["sites"] = sites;
   const std::string mp = dir + "/manifest.json";
-  std::FILE* f = std::fopen(mp.c_str(), "wb");
+  std::FILE* f = safeio::open_for_writing(mp.c_str());
   const std::string text = safeio::dump(manifest, 2) + "\n";
   bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (f != nullptr) ok = std::fclose(f) == 0 && ok;

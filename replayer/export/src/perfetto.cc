@@ -11,6 +11,7 @@
 #include "llmrr/recorder/convert.h"
 #include "llmrr/replayer/export.h"
 #include "llmrr/runtime/site.h"
+#include "llmrr/safeio/output.h"
 #include "collect.h"
 
 namespace llmrr::replay {
@@ -64,7 +65,7 @@ Result<PerfettoSummary> export_perfetto(const trace::TraceReader& reader, const 
       if (f) std::fclose(f);
     }
   };
-  std::unique_ptr<std::FILE, Closer> f(std::fopen(out.c_str(), "wb"));
+  std::unique_ptr<std::FILE, Closer> f(safeio::open_for_writing(out.c_str()));
   if (!f) {
     return make_error(ErrorCode::kIo, out + ": cannot create: " + std::strerror(errno));
   }

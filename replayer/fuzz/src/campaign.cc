@@ -23,6 +23,7 @@
 #include "llmrr/replayer/fuzz.h"
 #include "llmrr/replayer/run_config.h"
 #include "llmrr/safeio/json.h"
+#include "llmrr/safeio/output.h"
 
 namespace llmrr::replay {
 namespace {
@@ -280,14 +281,31 @@ Status record_trace(const FuzzCampaign& c, const Composition& x, bool solo,
   return closed;
 }
 
+Status fill_split(const FuzzCampaign& c, FuzzSplit* s, const fs::path& dir);
+
 Status save_split(const FuzzCampaign& c, FuzzSplit* s, int ordinal) {
   char name[64];
   std::snprintf(name, sizeof name, "splits/%03d-run%" PRId64, ordinal, s->first_index);
   s->dir = name;
-  const fs::path dir = fs::path(c.out_dir) / name;
+  const fs::path final_dir = fs::path(c.out_dir) / name;
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return make_error(ErrorCode::kIo, "cannot create " + dir.string() + ": " + ec.message());
+  fs::create_directories(final_dir.parent_path(), ec);
+  if (ec) {
+    return make_error(ErrorCode::kIo,
+                      "cannot create " + final_dir.parent_path().string() + ": " + ec.message());
+  }
+  // The split's files are written into a staging directory renamed into place when all of
+  // them are (removed on an error or a signal): a split directory is whole or absent.
+  ASSIGN_OR_RETURN(safeio::OutputDir staged,
+                   safeio::OutputDir::create(final_dir.string(), "--out", {}));
+  const fs::path dir = staged.write_path();
+  Status st = fill_split(c, s, dir);
+  if (!st.ok()) return staged.in_final_terms(st);
+  return staged.commit();
+}
+
+// The files of one split (save_split) into `dir`.
+Status fill_split(const FuzzCampaign& c, FuzzSplit* s, const fs::path& dir) {
   RETURN_IF_ERROR(write_text(dir / "solo.jsonl",
                              requests_jsonl(composition_requests(c.target, s->shrunk, true))));
   RETURN_IF_ERROR(write_text(dir / "split.jsonl",
@@ -311,7 +329,13 @@ Status save_split(const FuzzCampaign& c, FuzzSplit* s, int ordinal) {
     if (r.label != "target") continue;
     s->diff_verdict = verdict_name(r.verdict);
     s->diff_cause = r.cause;
-    const std::string story = format_diff_story(d, 1);
+    std::string story = format_diff_story(d, 1);
+    // Paths in the story name the split's directory as it will be, not the staging one.
+    const std::string staging = dir.string(), final_dir = (fs::path(c.out_dir) / s->dir).string();
+    for (size_t at = story.find(staging); at != std::string::npos;
+         at = story.find(staging, at + final_dir.size())) {
+      story.replace(at, staging.size(), final_dir);
+    }
     RETURN_IF_ERROR(write_text(dir / "diff.txt", story));
     // The story's sentence on the cause: the line after "First difference".
     size_t at = story.find("First difference");

@@ -75,6 +75,10 @@ struct RecorderOptions {
   // on the engine's thread in on_step_end. Both write the same records; inline is for
   // measuring the difference, and the fallback when no thread can be started.
   bool background = true;
+  // Print the first recording error to stderr ("the trace is lossy") when it stops
+  // recording. llmrr record turns it off: it reports the error itself, and removes the
+  // trace instead of keeping it lossy.
+  bool warn_on_stop = true;
 };
 
 struct RecorderStats {
