@@ -12,8 +12,9 @@ its ratio to "off" (medians over rounds). A mode "M:thread" (e.g. all:thread, wi
 is capture M with the rows copied to and completed on the library's own thread
 (LLMRR_INLINE_STEPS=0) instead of fingerprinted where they are on the runtime's thread (the
 default for host rows), to measure one against the other. vLLM runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING
-=0) with enforce_eager=True (row hooks need eager mode); "off" is the same run without the
-plugin switched on. transformers runs generate() with llmrr.torch.record.
+=0) with enforce_eager=True (row hooks), or with --compiled as vLLM compiles it (rows through
+the llmrr::site_rows op; "all" there is fewer sites than eager's); "off" is the same run
+without the plugin switched on. transformers runs generate() with llmrr.torch.record.
 
 --breakdown (vLLM) says where capture "all"'s time goes: per round an "off" process, then one
 recording process that alternates generates with Recorder.host_rows timed and generates whose
@@ -52,7 +53,8 @@ def prompts(batch):
 def child_vllm(a):
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
-    llm = LLM(model=a.model, skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
+    llm = LLM(model=a.model, skip_tokenizer_init=True, enforce_eager=not a.compiled,
+              dtype="float32",
               max_model_len=512, kv_cache_memory_bytes=256 << 20, max_num_seqs=a.batch,
               max_num_batched_tokens=max(256, a.batch), seed=0, enable_prefix_caching=False)
     sp = SamplingParams(temperature=0, max_tokens=a.tokens, ignore_eos=True, detokenize=False)
@@ -157,6 +159,9 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--modes", default=",".join(MODES),
                    help="comma-separated: off, none, layers, all, and M:thread variants")
+    p.add_argument("--compiled", action="store_true",
+                   help="vLLM compiles its model (enforce_eager=False): rows through the "
+                        "llmrr::site_rows op llmrr.vllm puts into it")
     p.add_argument("--breakdown", action="store_true",
                    help="vLLM only: where capture all's time goes (off; every hook without the "
                         "fingerprints; all, with host_rows timed), in one recording process")
@@ -208,7 +213,8 @@ def main():
             out = subprocess.run(
                 [sys.executable, __file__, "--child", rt, "--mode", mode, "--model",
                  model, "--tmp", tmp, "--batch", str(a.batch), "--tokens",
-                 str(a.tokens), "--reps", str(a.reps)] + (["--breakdown"] if breakdown else []),
+                 str(a.tokens), "--reps", str(a.reps)] + (["--breakdown"] if breakdown else [])
+                + (["--compiled"] if a.compiled else []),
                 env=env, capture_output=True, text=True)
             if out.returncode != 0:
                 sys.exit("%s %s failed:\n%s" % (rt, name, out.stderr[-3000:]))

@@ -134,10 +134,43 @@ def _patch(cls):
             rec.safe(rec.end, out)
         return out
 
+    def wrap_load(c):
+        orig_load = c.__dict__.get("load_model")
+        if orig_load is None:
+            return
+
+        def load_model(self, *args, **kwargs):
+            out = orig_load(self, *args, **kwargs)
+            _compiled_sites(self)
+            return out
+        c.load_model = load_model
+
+    wrap_load(cls)
+    try:  # the CPU runner loads (and warms up) its own way
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+        wrap_load(CPUModelRunner)
+    except Exception:
+        pass
     cls.execute_model = execute_model
     cls._prepare_inputs = _prepare_inputs
     if orig_sample is not None:
         cls.sample_tokens = sample_tokens
+
+
+def _compiled_sites(runner):
+    """Right after vLLM loaded the model and before it compiles it: llmrr's sites as the
+    llmrr::site_rows op, when the model will be compiled and rows are captured."""
+    capture = os.environ.get(ENV_CAPTURE, "layers")
+    cfg = runner.vllm_config
+    if getattr(cfg.model_config, "enforce_eager", False) or capture not in ("layers", "all") \
+            or getattr(runner, "_llmrr_sites", None) is not None:
+        return
+    try:
+        from .vllm_compiled import CompiledSites
+        runner._llmrr_sites = CompiledSites(runner, capture)
+    except Exception as e:  # never break vLLM: the steps are still recorded
+        _warn("cannot put llmrr's sites into the compiled model (%s: %s); rows will not be "
+              "recorded" % (type(e).__name__, e))
 
 
 def _versions():
@@ -173,12 +206,18 @@ class _StepRecorder(Hooks):
         if rank:
             path = "%s.rank%d" % (path, rank)
         self.eager = bool(getattr(cfg.model_config, "enforce_eager", False))
-        self.hooks_work = self.eager
+        # A compiled model records its rows through the llmrr::site_rows op that
+        # vllm_compiled put into it before vLLM compiled it (load_model).
+        self.compiled = getattr(runner, "_llmrr_sites", None)
+        self.hooks_work = self.eager or self.compiled is not None
         header = self._header(runner, cfg)
+        if self.compiled is not None:
+            header["row_hooks"] = ("compiled: llmrr::site_rows in the compiled model (%d sites)"
+                                   % len(self.compiled.sites))
         if not self.hooks_work and self.capture != "none":
-            _warn("the model is compiled (enforce_eager=False): forward hooks do not fire, so "
-                  "%s records the steps only (batch, logits, tokens), no row fingerprints; "
-                  "run with enforce_eager=True for capture=%s" % (path, self.capture))
+            _warn("the model is compiled (enforce_eager=False) and llmrr's sites could not be "
+                  "put into it: %s records the steps only (batch, logits, tokens), no row "
+                  "fingerprints" % path)
         hf = cfg.model_config.hf_config
         text = getattr(hf, "text_config", None) or hf
 
@@ -245,13 +284,14 @@ class _StepRecorder(Hooks):
         self.missing = set()  # sites already reported as not recorded
         self.nvtx = header["device"].startswith("cuda") or self.shared is not None
 
-        if self.hooks_work and self.capture != "none":
+        if self.eager and self.capture != "none":
             self._attach(runner.get_model())
         self._wrap_logits(runner.get_model())
         atexit.register(self.close)
         _warn("recording %s to %s (capture %s%s)" % (
             type(runner.get_model()).__name__, path, self.capture if self.hooks_work else "none",
-            "" if self.hooks_work else ", compiled model: steps only"))
+            "" if self.eager else ", compiled model: rows by llmrr::site_rows"
+            if self.compiled is not None else ", compiled model: steps only"))
 
     def _reset(self):
         self.step = -1
@@ -440,6 +480,8 @@ class _StepRecorder(Hooks):
         sched = so.num_scheduled_tokens
         if not sched:
             return
+        if self.compiled is not None:
+            self.compiled.meta.zero_()  # (warm-up runs wrote the slots too)
         ib = self.runner.input_batch
         order_ids = list(ib.req_ids[:ib.num_reqs])
         if sorted(order_ids) != sorted(sched) or any(r not in self.ids for r in order_ids):
@@ -505,6 +547,7 @@ class _StepRecorder(Hooks):
     def _end_tape(self, out):
         """Ends a taped step. Its tokens come from the output now (synchronous output) or
         when vLLM calls the async output's get_output(), after the next step has begun."""
+        self._take_compiled()
         tape = self.tape
         tape.keep, self.keep = self.keep, []
         self.in_step = False
@@ -573,11 +616,17 @@ class _StepRecorder(Hooks):
             self._end_tape(None)
             return
         self.keep = []
+        self._take_compiled()
         self.pending.flush(self.rec)
         self.rec.end_step()
         if self.nvtx:
             import torch
             torch.cuda.nvtx.range_pop()
+
+    def _take_compiled(self):
+        """A compiled model's rows of the step, from llmrr::site_rows' buffers."""
+        if self.compiled is not None and self.rows:
+            self.pending.items.extend(self.compiled.take(self.rows, self.rec.wants_rows))
 
     def _finish(self, rid, reason, sink=None):
         k = self.known.get(rid)

@@ -3,7 +3,7 @@
 JSON: prompts (lists of token ids), and optionally max_tokens (8, or one per prompt), dtype
 ("float32"), mbt (max_num_batched_tokens, 256), seqs (max_num_seqs, 16), prefix (prefix
 caching, false), block (KV block size, vLLM's default), blocks (KV blocks, to provoke
-preemption), moe_oracle (in-process only: every MoE layer call's expert ids as vLLM's fused
+preemption), eager (false: vLLM compiles the model), moe_oracle (in-process only: every MoE layer call's expert ids as vLLM's fused
 experts received them, and the top-k of a softmax over the router logits, printed in call
 order as a second line "MOE_ORACLE [...]"). Prints the generated token ids of each prompt as
 one JSON line. Recording is switched on by
@@ -21,7 +21,7 @@ def main():
         extra["block_size"] = a["block"]
     if a.get("blocks"):
         extra["num_gpu_blocks_override"] = a["blocks"]
-    llm = LLM(model=sys.argv[1], skip_tokenizer_init=True, enforce_eager=True,
+    llm = LLM(model=sys.argv[1], skip_tokenizer_init=True, enforce_eager=a.get("eager", True),
               dtype=a.get("dtype", "float32"), max_model_len=256,
               kv_cache_memory_bytes=64 << 20, max_num_batched_tokens=a.get("mbt", 256),
               max_num_seqs=a.get("seqs", 16), seed=0,
