@@ -32,8 +32,9 @@ go into that library's trace instead, bracketed with the NVTX range "llmrr.step"
 records and fingerprints share step numbers (rows are then copied to the host and hashed
 there: that trace is xxh3-64). Not verified on a GPU yet.
 
-Hooks fire only in eager mode (enforce_eager=True); a compiled model is recorded at step
-level (composition, logits, tokens), and the header and stderr say so.
+In eager mode (enforce_eager=True) the rows come from forward hooks. A compiled model gets
+llmrr's sites as the llmrr::site_rows custom op, attached right after vLLM loads the model and
+before it compiles it (llmrr.vllm_compiled); the header says which.
 
 Under async scheduling vLLM collects a step's tokens after the next step has run: each step
 is kept on a tape (its rows hashed as they come) and written, in step order, when vLLM calls
