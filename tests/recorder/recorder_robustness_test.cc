@@ -255,13 +255,16 @@ TEST_P(HandOff, EveryStepLandsWhicheverThreadCompletesIt) {
   TraceRecorder& rec = **rec_or;
   ASSERT_TRUE(rec.pipelined());
   std::atomic<bool> stop_helper{false};
+  std::atomic<bool> offered{false};
   std::atomic<int64_t> helped{0};
   std::thread helper;
   if (lent) {
     helper = std::thread([&] {
       FlickeringSignal signal;
       while (!stop_helper.load()) {
-        if (rec.on_idle(signal)) {
+        const bool took = rec.on_idle(signal);
+        offered.store(true);
+        if (took) {
           helped.fetch_add(1);
         } else {
           std::this_thread::yield();
@@ -269,6 +272,9 @@ TEST_P(HandOff, EveryStepLandsWhicheverThreadCompletesIt) {
       }
     });
   }
+  // Once a worker has offered (on_idle), no handoff wakes the recorder's thread: the steps
+  // it hands over wait for the helper or for the next step's end.
+  while (lent && !offered.load()) std::this_thread::yield();
   constexpr int kSteps = 120;
   std::vector<float> logits(64);
   RequestSpec r;
@@ -303,8 +309,18 @@ TEST_P(HandOff, EveryStepLandsWhicheverThreadCompletesIt) {
     t.token = static_cast<int32_t>(step % 64);
     rec.on_token(t);
     rec.on_step_end(step);
-    // Pauses in the first third: the recorder's thread has time to take those steps.
-    if (step < kSteps / 3 && step % 4 == 0) usleep(3000);
+    // Pauses in the first third: the recorder's thread has time to take those steps. With
+    // the workers lent, the first third waits until each step is appended instead of
+    // sleeping: the engine's thread takes a step only at the next step's end and no handoff
+    // wakes the recorder's thread, so the helper takes them however slowly it is scheduled
+    // (the recorder's thread may take one when it starts late or is woken by the engine's
+    // thread waiting for a step still being appended, then sleeps again: at most every
+    // other step). The rest runs unpaused, the steps raced for.
+    if (lent && step < kSteps / 3) {
+      while (rec.stats().steps <= step && rec.status().ok()) std::this_thread::yield();
+    } else if (step < kSteps / 3 && step % 4 == 0) {
+      usleep(3000);
+    }
     ASSERT_TRUE(rec.status().ok()) << rec.status().to_string();
   }
   if (lent) {
@@ -317,7 +333,7 @@ TEST_P(HandOff, EveryStepLandsWhicheverThreadCompletesIt) {
   EXPECT_GE(st.inline_steps, 0);
   EXPECT_LE(st.inline_steps + st.idle_steps, kSteps);
   if (lent) {
-    EXPECT_GT(st.idle_steps, 0) << "the helper never took a step (it had 3 ms pauses)";
+    EXPECT_GT(st.idle_steps, 0) << "the helper took none of the steps the engine waited on";
     EXPECT_GE(helped.load(), st.idle_steps);
   } else {
     EXPECT_EQ(st.idle_steps, 0);
@@ -346,8 +362,8 @@ INSTANTIATE_TEST_SUITE_P(EngineThreads, HandOff, ::testing::Values(0, 1, 2),
                          });
 
 // An engine whose threads fill the cores, its idle pool workers lent to the recorder: the
-// trace holds exactly the records of one recorded inline on the engine's thread, and the
-// workers did complete steps.
+// trace holds exactly the records of one recorded inline on the engine's thread, whichever
+// threads completed its steps.
 TEST(RecorderRobustness, IdleWorkersRecordTheSameTrace) {
   RunSpec spec = busy_spec();
   spec.config.threads = 2;
@@ -387,7 +403,11 @@ TEST(RecorderRobustness, IdleWorkersRecordTheSameTrace) {
     ASSERT_EQ(sa, sb) << "step " << sa.step;
   }
   EXPECT_EQ(lent_stats.steps, a->step_count());
-  EXPECT_GT(lent_stats.idle_steps, 0);
+  EXPECT_LE(lent_stats.idle_steps + lent_stats.inline_steps, lent_stats.steps);
+  // Whether a pool worker (awake only ~300 us after each job) got to a step depends on the
+  // scheduler; HandOff/IdleWorkersLent shows deterministically that one that calls on_idle
+  // takes steps. What holds whoever completed them: the records are the same.
+  RecordProperty("idle_steps", std::to_string(lent_stats.idle_steps));
   EXPECT_TRUE(b->verify().ok());
 }
 
