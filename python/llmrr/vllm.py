@@ -287,6 +287,8 @@ class _StepRecorder(Hooks):
 
         if self.eager and self.capture != "none":
             self._attach(runner.get_model())
+        if self.compiled is not None:
+            self.compiled.bind(self._rows)
         self._wrap_logits(runner.get_model())
         atexit.register(self.close)
         _warn("recording %s to %s (capture %s%s)" % (
@@ -481,8 +483,6 @@ class _StepRecorder(Hooks):
         sched = so.num_scheduled_tokens
         if not sched:
             return
-        if self.compiled is not None:
-            self.compiled.meta.zero_()  # (warm-up runs wrote the slots too)
         ib = self.runner.input_batch
         order_ids = list(ib.req_ids[:ib.num_reqs])
         if sorted(order_ids) != sorted(sched) or any(r not in self.ids for r in order_ids):
@@ -548,7 +548,6 @@ class _StepRecorder(Hooks):
     def _end_tape(self, out):
         """Ends a taped step. Its tokens come from the output now (synchronous output) or
         when vLLM calls the async output's get_output(), after the next step has begun."""
-        self._take_compiled()
         tape = self.tape
         tape.keep, self.keep = self.keep, []
         self.in_step = False
@@ -617,17 +616,11 @@ class _StepRecorder(Hooks):
             self._end_tape(None)
             return
         self.keep = []
-        self._take_compiled()
         self.pending.flush(self.rec)
         self.rec.end_step()
         if self.nvtx:
             import torch
             torch.cuda.nvtx.range_pop()
-
-    def _take_compiled(self):
-        """A compiled model's rows of the step, from llmrr::site_rows' buffers."""
-        if self.compiled is not None and self.rows:
-            self.pending.items.extend(self.compiled.take(self.rows, self.rec.wants_rows))
 
     def _finish(self, rid, reason, sink=None):
         k = self.known.get(rid)

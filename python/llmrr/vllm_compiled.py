@@ -1,48 +1,44 @@
 """Row fingerprints inside vLLM's compiled model (enforce_eager=False).
 
-Forward hooks that call Python (ctypes) cannot run inside a compiled graph, and hooks added
-after vLLM compiled its model never fire. So when the model is compiled, llmrr.vllm attaches
-its sites right after the model is loaded, before vLLM warms it up and compiles it, and each
-site calls one torch custom op, llmrr::site_rows, that the compiler keeps in the graph as an
-opaque call: it writes the rows' mixsum64 lane sums, l2 and max |x| (llmrr.fingerprint) into
-preallocated buffers on the model's device, at the site's slot. Nothing leaves the device
-during the forward pass; at the step's end the recorder reads the slots the step wrote, the
-first `rows` rows of each (padded rows left out), and finishes the hashes on the host.
+Hooks added after vLLM compiled its model never fire, so when the model is compiled,
+llmrr.vllm attaches its sites right after the model is loaded, before vLLM warms it up and
+compiles it. Each site calls one torch custom op, llmrr::site_rows(x, token, slot), that the
+compiler keeps in the graph as an opaque call (it declares that it mutates `token`, so it is
+never dropped): at run time the op hands x to the recorder's row path for the slot's site,
+the same path an eager hook takes (host rows fingerprinted by the C library where they are,
+device rows hashed on the device into the step's Pending). Hashing each site inside the
+graph with torch ops instead cost 15 % of a decode step on the CPU (two dozen small ops a
+site); copying every site's rows to a buffer and hashing them in one batch at the step's end
+cost 40 %.
 """
 import torch
 
-from . import fingerprint as fp
-
 _defined = False
+CALLBACKS = {}  # slot -> callable(x): the bound recorder's row path for that slot's site
 
 
 def define_op():
-    """llmrr::site_rows(x, sums, stats, meta, slot): x's rows into slot `slot` (once)."""
     global _defined
     if _defined:
         return
     _defined = True
 
-    @torch.library.custom_op("llmrr::site_rows", mutates_args=("sums", "stats", "meta"))
-    def site_rows(x: torch.Tensor, sums: torch.Tensor, stats: torch.Tensor, meta: torch.Tensor,
-                  slot: int) -> None:
-        x = x.reshape(-1, x.shape[-1])
-        n = min(int(x.shape[0]), int(sums.shape[1]))
-        x = x[:n]
-        sums[slot, :n].copy_(fp.lane_sums(x))
-        l2, mx = fp.summaries(x)
-        stats[slot, :n, 0].copy_(l2)
-        stats[slot, :n, 1].copy_(mx)
-        meta[slot, 0] = x.shape[-1]
-        meta[slot, 1] = n
+    @torch.library.custom_op("llmrr::site_rows", mutates_args=("token",))
+    def site_rows(x: torch.Tensor, token: torch.Tensor, slot: int) -> None:
+        cb = CALLBACKS.get(slot)
+        if cb is not None:
+            cb(x)
 
     @site_rows.register_fake
-    def _(x, sums, stats, meta, slot):
+    def _(x, token, slot):
         return None
 
 
+_next_slot = [0]
+
+
 class CompiledSites:
-    """The sites of one model runner's compiled model: their slots, buffers and hooks."""
+    """The sites of one model runner's compiled model: their slots and hooks."""
 
     def __init__(self, runner, capture):
         define_op()
@@ -71,17 +67,15 @@ class CompiledSites:
                             ("final_norm", getattr(base, "norm", None))):
                 if m is not None:
                     self.sites.append((site, m, "first"))
-        rows = int(runner.vllm_config.scheduler_config.max_num_batched_tokens)
-        dev = runner.device
-        n = max(1, len(self.sites))
-        self.sums = torch.zeros((n, rows, 2), dtype=torch.int64, device=dev)
-        self.stats = torch.zeros((n, rows, 2), dtype=torch.float32, device=dev)
-        self.meta = torch.zeros((n, 2), dtype=torch.int64, device=dev)
+        self.token = torch.zeros((1,), dtype=torch.int64, device=runner.device)
+        # Slots are unique in the process (several runners may each have a model).
+        self.slots = list(range(_next_slot[0], _next_slot[0] + len(self.sites)))
+        _next_slot[0] += len(self.sites)
         self.handles = [m.register_forward_hook(self._hook(slot, how))
-                        for slot, (_, m, how) in enumerate(self.sites)]
+                        for slot, (_, m, how) in zip(self.slots, self.sites)]
 
     def _hook(self, slot, how):
-        sums, stats, meta = self.sums, self.stats, self.meta
+        token = self.token
 
         def hook(mod, args, out):
             if isinstance(out, (tuple, list)):
@@ -91,24 +85,16 @@ class CompiledSites:
                     x = out[0]
             else:
                 x = out
-            torch.ops.llmrr.site_rows(x, sums, stats, meta, slot)
+            torch.ops.llmrr.site_rows(x, token, slot)
         return hook
 
-    def take(self, rows, want):
-        """The step's rows of every site it wrote and `want(site)` keeps, as Pending items
-        (copies: the next step overwrites the buffers); the slots are marked unwritten."""
-        meta = self.meta.to("cpu")
-        items = []
-        for slot, (site, _, _) in enumerate(self.sites):
-            cols, n = int(meta[slot, 0]), int(meta[slot, 1])
-            if n < rows or not want(site):
-                continue
-            t = self.sums[slot, :rows].clone()
-            items.append((site, cols, None, t, self.stats[slot, :rows, 0].clone(),
-                          self.stats[slot, :rows, 1].clone()))
-        self.meta.zero_()
-        return items
+    def bind(self, rows):
+        """Hands each site's rows to rows(site, x) from now on."""
+        for slot, (site, _, _) in zip(self.slots, self.sites):
+            CALLBACKS[slot] = (lambda x, _site=site: rows(_site, x))
 
     def close(self):
+        for slot in self.slots:
+            CALLBACKS.pop(slot, None)
         for h in self.handles:
             h.remove()
