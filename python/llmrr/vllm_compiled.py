@@ -14,7 +14,7 @@ cost 40 %.
 import torch
 
 _defined = False
-CALLBACKS = {}  # slot -> callable(x): the bound recorder's row path for that slot's site
+CALLBACKS: dict = {}  # slot -> callable(x): the bound recorder's row path for that slot's site
 
 
 def define_op():
