@@ -47,20 +47,8 @@ class Bar {
 
 int run_bisect_command(int argc, char** argv) {
   using namespace llmrr;
-  // `--runtime vllm`: bisect a vLLM trace's split to its co-requests (python -m llmrr.vllm_replay bisect).
-  std::string runtime;
-  std::vector<std::string> rest;
-  if (cli::take_runtime(argc, argv, &runtime, &rest)) {
-    if (runtime != "vllm") {
-      std::fprintf(stderr,
-                   "llmrr bisect: error: --runtime: expected vllm (llmrr's own engine is the "
-                   "default), found '%s'\n",
-                   runtime.c_str());
-      return 2;
-    }
-    rest.insert(rest.begin(), {"-m", "llmrr.vllm_replay", "bisect"});
-    return cli::exec_vllm_python("bisect", rest);
-  }
+  // `--runtime vllm`: the run is re-executed in vLLM (python -m llmrr.vllm_replay bisect).
+  if (int rc = 0; cli::run_vllm_replay("bisect", argc, argv, &rc)) return rc;
   CLI::App app{
       "Find the smallest set of B's factors (schedule, plans, routing) that reproduces "
       "B's split when replaying A's request alone.",

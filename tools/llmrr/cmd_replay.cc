@@ -21,20 +21,8 @@
 
 int run_replay_command(int argc, char** argv) {
   using namespace llmrr;
-  // `--runtime vllm`: re-execute a vLLM trace in vLLM and compare (python -m llmrr.vllm_replay replay).
-  std::string runtime;
-  std::vector<std::string> rest;
-  if (cli::take_runtime(argc, argv, &runtime, &rest)) {
-    if (runtime != "vllm") {
-      std::fprintf(stderr,
-                   "llmrr replay: error: --runtime: expected vllm (llmrr's own engine is the "
-                   "default), found '%s'\n",
-                   runtime.c_str());
-      return 2;
-    }
-    rest.insert(rest.begin(), {"-m", "llmrr.vllm_replay", "replay"});
-    return cli::exec_vllm_python("replay", rest);
-  }
+  // `--runtime vllm`: the run is re-executed in vLLM (python -m llmrr.vllm_replay replay).
+  if (int rc = 0; cli::run_vllm_replay("replay", argc, argv, &rc)) return rc;
   CLI::App app{"Replay a trace bit for bit and check everything it recorded.", "replay"};
   std::string path;
   replay::ReplayOptions o;

@@ -74,4 +74,21 @@ int exec_vllm_python(const char* command, const std::vector<std::string>& args) 
   return 2;
 }
 
+bool run_vllm_replay(const char* command, int argc, char** argv, int* rc) {
+  std::string runtime;
+  std::vector<std::string> rest;
+  if (!take_runtime(argc, argv, &runtime, &rest)) return false;
+  if (runtime != "vllm") {
+    std::fprintf(stderr,
+                 "llmrr %s: error: --runtime: expected vllm (llmrr's own engine is the "
+                 "default), found '%s'\n",
+                 command, runtime.c_str());
+    *rc = 2;
+    return true;
+  }
+  rest.insert(rest.begin(), {"-m", "llmrr.vllm_replay", command});
+  *rc = exec_vllm_python(command, rest);
+  return true;
+}
+
 }  // namespace llmrr::cli

@@ -17,4 +17,9 @@ bool take_runtime(int argc, char** argv, std::string* runtime, std::vector<std::
 // Returns 2, with a message naming what is missing, only when it cannot.
 int exec_vllm_python(const char* command, const std::vector<std::string>& args);
 
+// `llmrr replay|bisect --runtime vllm ...`: true when argv names a runtime, with the exit code
+// in *rc: 2 for a runtime other than vllm, else what running `python -m llmrr.vllm_replay
+// COMMAND ...` in vLLM's Python gives (exec_vllm_python). False: no --runtime, go on.
+bool run_vllm_replay(const char* command, int argc, char** argv, int* rc);
+
 }  // namespace llmrr::cli
