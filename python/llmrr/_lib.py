@@ -229,6 +229,14 @@ def _declare(L):
         fn.argtypes = args
 
 
+def llmrr_binary():
+    """The llmrr CLI for the modules that run it (vllm_fuzz, vllm_replay): $LLMRR_BIN, else
+    llmrr on PATH; None when neither is an executable file."""
+    import shutil
+    b = os.environ.get("LLMRR_BIN") or shutil.which("llmrr")
+    return b if b and os.path.isfile(b) and os.access(b, os.X_OK) else None
+
+
 _torch_dtypes = None
 
 

@@ -24,12 +24,11 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
 
-from . import _json
+from . import _json, _lib
 
 TARGET_LEN = 24
 
@@ -40,10 +39,7 @@ def die(msg):
 
 
 def llmrr_bin():
-    b = os.environ.get("LLMRR_BIN") or shutil.which("llmrr")
-    if not b or not os.access(b, os.X_OK):
-        die("no llmrr binary: set $LLMRR_BIN or put llmrr on PATH")
-    return b
+    return _lib.llmrr_binary() or die("no llmrr binary: set $LLMRR_BIN or put llmrr on PATH")
 
 
 # ---- drawing ---------------------------------------------------------------------------------

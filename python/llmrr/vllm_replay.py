@@ -31,12 +31,11 @@ the same build (torch version, device, thread count) are printed before the resu
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 
-from . import _json
+from . import _json, _lib
 
 PRODUCER = "llmrr.vllm"
 
@@ -47,10 +46,7 @@ def die(msg):
 
 
 def llmrr_bin():
-    b = os.environ.get("LLMRR_BIN") or shutil.which("llmrr")
-    if not b or not os.access(b, os.X_OK):
-        die("no llmrr binary: set $LLMRR_BIN or put llmrr on PATH")
-    return b
+    return _lib.llmrr_binary() or die("no llmrr binary: set $LLMRR_BIN or put llmrr on PATH")
 
 
 def cli(*args, ok=(0,)):
