@@ -148,8 +148,9 @@ class Hooks:
             self._rows(up, u)
         return hook
 
-    def _routed(self, i, weights, ids):
-        """vLLM's router selected experts `ids` with `weights` (tokens x k) at layer i."""
+    def _routed(self, i, weights, ids, total=None):
+        """The experts `ids` with `weights` (tokens x k) at layer i, of `total` experts (the
+        model's count by default): as vLLM's router selected them, or recomputed."""
         if not self.in_step or self.failed:
             return
         import numpy as np
@@ -162,8 +163,8 @@ class Hooks:
         gates = np.ascontiguousarray(weights[:self.rows].float().to("cpu").numpy(),
                                      dtype=np.float32)
         self.keep.append((idx, gates))  # a taped step replays these addresses later
-        self.sink.routing(i, self.rows, k, self.n_experts, idx.ctypes.data, idx.ctypes.data,
-                          gates.ctypes.data, None)
+        self.sink.routing(i, self.rows, k, total or self.n_experts, idx.ctypes.data,
+                          idx.ctypes.data, gates.ctypes.data, None)
 
     def _router(self, i, mlp, recompute):
         import torch
@@ -180,21 +181,12 @@ class Hooks:
             if k <= 0:
                 return
             rows = logits.reshape(-1, logits.shape[-1])[:self.rows]
-            if rows.shape[0] != self.rows:
-                self._missing("L%d.moe.router" % i, "routing of %d rows where the batch has "
-                              "%d" % (rows.shape[0], self.rows))
-                return
             # The router's choice as vLLM's top-k softmax makes it (ids, weights).
             w, idx = torch.topk(torch.softmax(rows.float(), dim=-1), k, dim=-1)
             if getattr(mlp, "renormalize", False) or getattr(
                     getattr(mlp, "experts", None), "renormalize", False):
                 w = w / w.sum(dim=-1, keepdim=True)
-            import numpy as np
-            ids = np.ascontiguousarray(idx.to("cpu").numpy(), dtype=np.int32)
-            gates = np.ascontiguousarray(w.to("cpu").numpy(), dtype=np.float32)
-            self.keep.append((ids, gates))  # a taped step replays these addresses later
-            self.safe(self.sink.routing, i, self.rows, k, int(rows.shape[-1]), ids.ctypes.data,
-                      ids.ctypes.data, gates.ctypes.data, None)
+            self.safe(self._routed, i, w, idx, int(rows.shape[-1]))
         return hook
 
     def _rows(self, site, x):
