@@ -48,7 +48,8 @@ class Bar {
 int run_bisect_command(int argc, char** argv) {
   using namespace llmrr;
   // `--runtime vllm`: the run is re-executed in vLLM (python -m llmrr.vllm_replay bisect).
-  if (int rc = 0; cli::run_vllm_replay("bisect", argc, argv, &rc)) return rc;
+  if (int rc = 0; cli::run_in_vllm("bisect", {"-m", "llmrr.vllm_replay", "bisect"}, argc, argv, &rc))
+    return rc;
   CLI::App app{
       "Find the smallest set of B's factors (schedule, plans, routing) that reproduces "
       "B's split when replaying A's request alone.",

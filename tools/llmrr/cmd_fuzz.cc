@@ -134,16 +134,7 @@ int run_fuzz_command(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "merge") return run_merge(argc - 1, argv + 1);
   // `llmrr fuzz --runtime vllm ARGS`: the campaign runs in vLLM, by the python module
   // llmrr.vllm_fuzz (python/llmrr/vllm_fuzz.py) in the vLLM venv.
-  std::string runtime;
-  std::vector<std::string> rest;
-  if (cli::take_runtime(argc, argv, &runtime, &rest)) {
-    if (runtime != "vllm") {
-      return usage_error("--runtime: expected vllm (llmrr's own engine is the default), found '" +
-                         runtime + "'");
-    }
-    rest.insert(rest.begin(), {"-m", "llmrr.vllm_fuzz"});
-    return cli::exec_vllm_python("fuzz", rest);
-  }
+  if (int rc = 0; cli::run_in_vllm("fuzz", {"-m", "llmrr.vllm_fuzz"}, argc, argv, &rc)) return rc;
   CLI::App app{
       "llmrr fuzz: run a prompt under many batch compositions and report what splits it"};
   app.name("fuzz");

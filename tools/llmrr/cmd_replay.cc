@@ -22,7 +22,8 @@
 int run_replay_command(int argc, char** argv) {
   using namespace llmrr;
   // `--runtime vllm`: the run is re-executed in vLLM (python -m llmrr.vllm_replay replay).
-  if (int rc = 0; cli::run_vllm_replay("replay", argc, argv, &rc)) return rc;
+  if (int rc = 0; cli::run_in_vllm("replay", {"-m", "llmrr.vllm_replay", "replay"}, argc, argv, &rc))
+    return rc;
   CLI::App app{"Replay a trace bit for bit and check everything it recorded.", "replay"};
   std::string path;
   replay::ReplayOptions o;

@@ -18,8 +18,8 @@ std::string self_path() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-}  // namespace
-
+// `--runtime X` / `--runtime=X` among argv[1..]: true with X in *runtime and every other
+// argument, in order, in *rest; false when the option is absent.
 bool take_runtime(int argc, char** argv, std::string* runtime, std::vector<std::string>* rest) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -42,6 +42,7 @@ bool take_runtime(int argc, char** argv, std::string* runtime, std::vector<std::
   return false;
 }
 
+// Replaces this process with vLLM's Python running `args`; returns 2, said, when it cannot.
 int exec_vllm_python(const char* command, const std::vector<std::string>& args) {
   std::string py;
   if (const char* e = std::getenv("LLMRR_VLLM_PYTHON"); e != nullptr && *e != '\0') {
@@ -74,20 +75,23 @@ int exec_vllm_python(const char* command, const std::vector<std::string>& args) 
   return 2;
 }
 
-bool run_vllm_replay(const char* command, int argc, char** argv, int* rc) {
+}  // namespace
+
+bool run_in_vllm(const char* command, std::vector<std::string> module_args, int argc,
+                 char** argv, int* rc) {
   std::string runtime;
   std::vector<std::string> rest;
   if (!take_runtime(argc, argv, &runtime, &rest)) return false;
   if (runtime != "vllm") {
     std::fprintf(stderr,
                  "llmrr %s: error: --runtime: expected vllm (llmrr's own engine is the "
-                 "default), found '%s'\n",
-                 command, runtime.c_str());
+                 "default), found '%s' (see llmrr %s --help)\n",
+                 command, runtime.c_str(), command);
     *rc = 2;
     return true;
   }
-  rest.insert(rest.begin(), {"-m", "llmrr.vllm_replay", command});
-  *rc = exec_vllm_python(command, rest);
+  module_args.insert(module_args.end(), rest.begin(), rest.end());
+  *rc = exec_vllm_python(command, module_args);
   return true;
 }
 
