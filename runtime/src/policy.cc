@@ -50,6 +50,7 @@ class ProductionPolicy : public Policy {
   std::string name() const override {
     return o_.atomics ? "production+atomics" : "production";
   }
+  bool gemm_from_device() const override { return !o_.atomics; }
 
   Result<Plan> plan(const PlanQuery& q) override {
     Plan p;

@@ -272,11 +272,14 @@ TEST(PolicyKind, MakePolicyTakesEachKindsOwnOptions) {
   o.gemm_split_size = 64;
   auto prod = make_policy(PolicyKind::kProduction, o);
   EXPECT_EQ(prod->name(), "production+atomics");
+  EXPECT_FALSE(prod->gemm_from_device());  // cuBLASLt has no arrival order
   o.atomics = false;
   prod = make_policy(PolicyKind::kProduction, o);
   EXPECT_EQ(prod->name(), "production");
+  EXPECT_TRUE(prod->gemm_from_device());
   auto inv = make_policy(PolicyKind::kInvariant, o);
   EXPECT_EQ(inv->name(), "invariant");
+  EXPECT_FALSE(inv->gemm_from_device());
 
   PlanQuery g;
   g.op = OpKind::kGemm;
@@ -290,6 +293,7 @@ TEST(PolicyKind, MakePolicyTakesEachKindsOwnOptions) {
   a.op = OpKind::kAttention;
   a.site = SiteId{SiteKind::kAttn, 0, -1};
   EXPECT_EQ(inv->plan(a)->split_size, 32u);
+  EXPECT_FALSE(make_forced_policy(nullptr)->gemm_from_device());
 }
 
 }  // namespace

@@ -64,6 +64,11 @@ class Policy {
   // "production", "production+atomics", "invariant", "forced".
   virtual std::string name() const = 0;
   virtual Result<Plan> plan(const PlanQuery& query) = 0;
+  // Whether a GEMM's plan is the device's own heuristic's where the device has one (CUDA:
+  // cuBLASLt's algorithm) rather than plan()'s: the production policy, whose GEMM rules
+  // imitate that heuristic, asks the real one there. Not with atomics (cuBLASLt has no
+  // arrival-order reductions), nor for a policy that wraps another. runtime/src/get_plan.h.
+  virtual bool gemm_from_device() const { return false; }
 };
 
 // The policy a user names (--policy; a fuzz campaign; the name a run header records, read
