@@ -63,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   replay::FuzzEngine e;
   e.model = &model(which);
-  e.policy = "invariant";
+  e.policy = PolicyKind::kInvariant;
   e.config.threads = 1;
   e.config.weight_type = bf16 ? kernels::WeightType::kBF16 : kernels::WeightType::kF32;
   e.config.bf16_activations = bf16;

@@ -30,8 +30,9 @@ namespace {
 
 using namespace llmrr;
 
-// The production policy's plans, but under another name: the CUDA engine asks cuBLASLt only
-// for the policy named "production", so these plans run on the exact kernels.
+// The production policy's plans from a wrapper: the CUDA engine asks cuBLASLt only for a
+// policy whose gemm_from_device() says so (the production policy itself), so these plans
+// run on the exact kernels.
 class ExactProduction final : public Policy {
  public:
   ExactProduction() : inner_(make_production_policy()) {}

@@ -4,9 +4,11 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llmrr {
@@ -48,6 +50,7 @@ class ProductionPolicy : public Policy {
   std::string name() const override {
     return o_.atomics ? "production+atomics" : "production";
   }
+  bool gemm_from_device() const override { return !o_.atomics; }
 
   Result<Plan> plan(const PlanQuery& q) override {
     Plan p;
@@ -312,6 +315,44 @@ Plan attention_plan(std::span<const AttnSeq> seqs, int32_t heads, int32_t kv_hea
 }
 
 }  // namespace production
+
+namespace {
+// Every kind, in the order the parse error lists them.
+constexpr PolicyKind::Id kKinds[] = {PolicyKind::kProduction, PolicyKind::kInvariant};
+}  // namespace
+
+std::string_view PolicyKind::name() const {
+  switch (id_) {
+    case kProduction:
+      return "production";
+    case kInvariant:
+      return "invariant";
+  }
+  return "?";
+}
+
+Result<PolicyKind> PolicyKind::parse(std::string_view name, std::string_view what) {
+  for (PolicyKind k : kKinds) {
+    if (k.name() == name) return k;
+  }
+  std::string valid;
+  for (size_t i = 0; i < std::size(kKinds); ++i) {
+    if (i > 0) valid += i + 1 == std::size(kKinds) ? " or " : ", ";
+    valid += PolicyKind(kKinds[i]).name();
+  }
+  return make_error(ErrorCode::kInvalidArgument,
+                    std::string(what) + " must be " + valid + " (got '" + std::string(name) + "')");
+}
+
+std::unique_ptr<Policy> make_policy(PolicyKind kind, const PolicyOptions& options) {
+  switch (kind.id()) {
+    case PolicyKind::kProduction:
+      return make_production_policy({.device = options.device, .atomics = options.atomics});
+    case PolicyKind::kInvariant:
+      return make_invariant_policy(options.attn_split_size, options.gemm_split_size);
+  }
+  return make_production_policy();  // not reached: every kind is a case
+}
 
 std::unique_ptr<Policy> make_production_policy(const ProductionOptions& options) {
   return std::make_unique<ProductionPolicy>(options);

@@ -18,7 +18,7 @@ using replay::FuzzCampaign;
 using replay::FuzzSummary;
 using replay::FuzzVerdict;
 
-FuzzCampaign campaign(const std::string& policy, int64_t runs) {
+FuzzCampaign campaign(PolicyKind policy, int64_t runs) {
   const LoadedModel& m = test::builtin("tiny-moe");
   FuzzCampaign c;
   c.engine.model = &m;
@@ -85,7 +85,7 @@ TEST(FuzzGenerator, DeterministicForASeedAndIndependentPerIndex) {
 
 TEST(FuzzCampaign, ProductionSplitsVisiblyAndTheShrunkCompositionStillSplits) {
   test::TempDir dir("llmrr-fuzz");
-  FuzzCampaign c = campaign("production", 16);
+  FuzzCampaign c = campaign(PolicyKind::kProduction, 16);
   c.space.capacity_factor = 0.0;  // plans only
   c.max_shrink = 1;
   c.out_dir = dir.path();
@@ -122,7 +122,7 @@ TEST(FuzzCampaign, ProductionSplitsVisiblyAndTheShrunkCompositionStillSplits) {
 }
 
 TEST(FuzzCampaign, InvariantPolicyWithoutCapacityNeverSplits) {
-  FuzzCampaign c = campaign("invariant", 16);
+  FuzzCampaign c = campaign(PolicyKind::kInvariant, 16);
   c.space.capacity_factor = 0.0;
   Result<FuzzSummary> s = replay::run_fuzz_campaign(c);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
@@ -133,7 +133,7 @@ TEST(FuzzCampaign, InvariantPolicyWithoutCapacityNeverSplits) {
 
 TEST(FuzzCampaign, CapacityFactorOneSplitsTheInvariantPolicyThroughRouting) {
   test::TempDir dir("llmrr-fuzz");
-  FuzzCampaign c = campaign("invariant", 16);
+  FuzzCampaign c = campaign(PolicyKind::kInvariant, 16);
   c.space.capacity_factor = 1.0;
   c.space.overflow = Overflow::kDrop;
   c.max_shrink = 1;
@@ -152,7 +152,7 @@ TEST(FuzzCampaign, CapacityFactorOneSplitsTheInvariantPolicyThroughRouting) {
 }
 
 TEST(FuzzCampaign, ShardsPartitionTheRunsAndMergeToTheSameSummary) {
-  FuzzCampaign c = campaign("production", 9);
+  FuzzCampaign c = campaign(PolicyKind::kProduction, 9);
   c.max_shrink = 100;  // every distinct split in both forms, so both keep the same ones
   c.shrink_budget = 3;
   Result<FuzzSummary> whole = replay::run_fuzz_campaign(c);

@@ -1,8 +1,10 @@
 // Policies: the production rules follow the heuristics they imitate, the invariant policy
-// ignores the batch, atomics draw valid arrival orders, forced plans come from their source.
+// ignores the batch, atomics draw valid arrival orders, forced plans come from their source;
+// a PolicyKind is parsed from the names a user gives and builds its policy.
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
 #include <vector>
 
 #include "llmrr/runtime/policy.h"
@@ -224,6 +226,74 @@ TEST(ForcedPolicy, TakesPlansFromTheSourceAndNamesWhatIsMissing) {
   q.step = 7;
   q.op = OpKind::kRmsNorm;
   EXPECT_FALSE(forced->plan(q).ok());
+}
+
+TEST(PolicyKind, ParsesTheNamesAUserGives) {
+  Result<PolicyKind> p = PolicyKind::parse("production");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(*p, PolicyKind::kProduction);
+  EXPECT_EQ(p->name(), "production");
+  Result<PolicyKind> i = PolicyKind::parse("invariant");
+  ASSERT_TRUE(i.ok());
+  EXPECT_EQ(*i, PolicyKind::kInvariant);
+  EXPECT_EQ(i->name(), "invariant");
+}
+
+TEST(PolicyKind, AnUnknownNameIsOneLineListingTheValidOnes) {
+  for (const char* name : {"forced", "Production", "production+atomics", "", " invariant"}) {
+    Result<PolicyKind> k = PolicyKind::parse(name);
+    ASSERT_FALSE(k.ok()) << name;
+    EXPECT_EQ(k.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(k.status().message(),
+              std::string("--policy must be production or invariant (got '") + name + "')");
+  }
+  EXPECT_EQ(PolicyKind::parse("x", "policy").status().message(),
+            "policy must be production or invariant (got 'x')");
+}
+
+TEST(PolicyKind, Capabilities) {
+  const PolicyKind p = PolicyKind::kProduction, i = PolicyKind::kInvariant;
+  EXPECT_TRUE(p.batch_dependent());
+  EXPECT_TRUE(p.uses_virtual_device());
+  EXPECT_TRUE(p.supports_atomics());
+  EXPECT_FALSE(p.fixed_split_sizes());
+  EXPECT_FALSE(i.batch_dependent());
+  EXPECT_FALSE(i.uses_virtual_device());
+  EXPECT_FALSE(i.supports_atomics());
+  EXPECT_TRUE(i.fixed_split_sizes());
+}
+
+// make_policy builds what the factories of each kind build from their fields of the options.
+TEST(PolicyKind, MakePolicyTakesEachKindsOwnOptions) {
+  PolicyOptions o;
+  o.device.sms = 16;
+  o.atomics = true;
+  o.attn_split_size = 32;
+  o.gemm_split_size = 64;
+  auto prod = make_policy(PolicyKind::kProduction, o);
+  EXPECT_EQ(prod->name(), "production+atomics");
+  EXPECT_FALSE(prod->gemm_from_device());  // cuBLASLt has no arrival order
+  o.atomics = false;
+  prod = make_policy(PolicyKind::kProduction, o);
+  EXPECT_EQ(prod->name(), "production");
+  EXPECT_TRUE(prod->gemm_from_device());
+  auto inv = make_policy(PolicyKind::kInvariant, o);
+  EXPECT_EQ(inv->name(), "invariant");
+  EXPECT_FALSE(inv->gemm_from_device());
+
+  PlanQuery g;
+  g.op = OpKind::kGemm;
+  g.site = SiteId{SiteKind::kDown, 0, -1};
+  g.rows = g.batch_rows = 2;
+  g.n = 256;
+  g.k = 256;
+  EXPECT_EQ(*prod->plan(g), production::gemm_plan(2, 256, 256, o.device));
+  EXPECT_EQ(*inv->plan(g), *make_invariant_policy(32, 64)->plan(g));
+  PlanQuery a;
+  a.op = OpKind::kAttention;
+  a.site = SiteId{SiteKind::kAttn, 0, -1};
+  EXPECT_EQ(inv->plan(a)->split_size, 32u);
+  EXPECT_FALSE(make_forced_policy(nullptr)->gemm_from_device());
 }
 
 }  // namespace

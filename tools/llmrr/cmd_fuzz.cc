@@ -294,7 +294,7 @@ int run_fuzz_command(int argc, char** argv) {
   replay::FuzzCampaign c;
   c.engine.model = &s.model;
   c.engine.config = s.config;
-  c.engine.policy = o.policy;
+  c.engine.policy = s.policy_kind;
   c.engine.device = s.device;
   c.engine.attn_split = o.attn_split;
   c.engine.gemm_split = o.gemm_split;

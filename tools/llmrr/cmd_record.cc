@@ -164,8 +164,8 @@ trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& r
       o.attn_split > 0 ? o.attn_split : default_invariant_split_size(m.config.hidden);
   // Model, engine config and the extra keys the replayer reads, as the replayer writes them.
   replay::fill_run_header(&h, m, s.config, s.policy_name, s.device,
-                          o.policy == "invariant" || o.attn_split > 0 ? attn_split : 0, o.seed,
-                          o.load, o.gemm_split);
+                          s.policy_kind.fixed_split_sizes() || o.attn_split > 0 ? attn_split : 0,
+                          o.seed, o.load, o.gemm_split);
   // fill_run_header's own object, read back under safeio's caps like any embedded JSON.
   Result<nlohmann::json> parsed = safeio::parse_json_object(
       h.extra_config_json, "run header: extra_config_json", ErrorCode::kInternal);

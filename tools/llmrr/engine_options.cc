@@ -95,10 +95,8 @@ Status bad(const std::string& what) { return make_error(ErrorCode::kInvalidArgum
 Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) {
   EngineSetup s;
   // Values first, so that a typo fails before the model loads.
-  if (o.policy != "production" && o.policy != "invariant") {
-    return bad("--policy must be production or invariant (got '" + o.policy + "')");
-  }
-  if (o.atomics && o.policy != "production") {
+  ASSIGN_OR_RETURN(const PolicyKind policy, PolicyKind::parse(o.policy));
+  if (o.atomics && !policy.supports_atomics()) {
     return bad("--atomics applies to the production policy only");
   }
   if (o.load < 0 || o.load > 4096) return bad("--load must be in [0, 4096]");
@@ -138,7 +136,7 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
   if (std::string why = gemm_split_check(o.gemm_split); !why.empty()) {
     return bad("--gemm-split " + std::to_string(o.gemm_split) + " " + why);
   }
-  if (o.gemm_split > 0 && o.policy != "invariant") {
+  if (o.gemm_split > 0 && !policy.fixed_split_sizes()) {
     return bad("--gemm-split is for the invariant policy (got --policy " + o.policy + ")");
   }
   if (!o.dtype.empty() && o.dtype != "fp32" && o.dtype != "bf16") {
@@ -192,15 +190,13 @@ Result<EngineSetup> make_engine_setup(const EngineOptions& o, bool need_prompt) 
 
   s.device.sms = o.sms;
   s.device.blocks_per_sm = o.blocks_per_sm;
-  if (o.policy == "production") {
-    ProductionOptions po;
-    po.device = s.device;
-    po.atomics = o.atomics;
-    s.policy = make_production_policy(po);
-  } else {
-    s.policy = make_invariant_policy(
-        o.attn_split > 0 ? o.attn_split : default_invariant_split_size(mc.hidden), o.gemm_split);
-  }
+  s.policy_kind = policy;
+  s.policy = make_policy(
+      policy,
+      {.device = s.device,
+       .atomics = o.atomics,
+       .attn_split_size = o.attn_split > 0 ? o.attn_split : default_invariant_split_size(mc.hidden),
+       .gemm_split_size = o.gemm_split});
   s.policy_name = s.policy->name();
 
   if (need_prompt) {

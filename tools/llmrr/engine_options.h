@@ -20,7 +20,7 @@ struct EngineOptions {
   std::string model;
   std::string prompt;
   std::string prompt_ids;            // "1,2,3"
-  std::string policy = "production"; // production | invariant
+  std::string policy = "production"; // production | invariant (PolicyKind::parse)
   bool atomics = false;
   int32_t load = 0;
   int64_t arrival = 0;               // step at which the target request arrives
@@ -55,6 +55,7 @@ void add_engine_options(CLI::App& app, EngineOptions& options, bool with_prompt 
 struct EngineSetup {
   LoadedModel model;
   EngineConfig config;
+  PolicyKind policy_kind = PolicyKind::kProduction;  // --policy, parsed
   std::shared_ptr<Policy> policy;
   std::string policy_name;           // "production", "production+atomics", "invariant"
   VirtualDevice device;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <thread>
 
 namespace llmrr::replay {
@@ -187,15 +188,25 @@ Result<EngineConfig> engine_config_from_header(const trace::RunHeader& h, int32_
 
 Result<std::shared_ptr<Policy>> policy_from_header(const trace::RunHeader& h) {
   const trace::EngineConfig& e = h.engine;
-  const std::string& name = e.policy;
-  if (name == "production" || name == "production+atomics") {
-    ProductionOptions po;
-    if (e.virtual_sms > 0) po.device.sms = e.virtual_sms;
-    if (e.blocks_per_sm > 0) po.device.blocks_per_sm = e.blocks_per_sm;
-    po.atomics = e.atomics || name == "production+atomics";
-    return std::shared_ptr<Policy>(make_production_policy(po));
+  // The recorded name is the policy's (Policy::name): --atomics records "production+atomics".
+  std::string_view name = e.policy;
+  bool atomics = e.atomics;
+  if (name == "production+atomics") {
+    name = "production";
+    atomics = true;
   }
-  if (name == "invariant") {
+  Result<PolicyKind> kind = PolicyKind::parse(name);
+  if (!kind.ok()) {
+    return make_error(ErrorCode::kUnsupported, "run header: policy '" + e.policy +
+                                                   "' cannot be rebuilt (production, "
+                                                   "production+atomics or invariant)");
+  }
+  // Each kind takes its own fields of po (make_policy).
+  PolicyOptions po;
+  if (e.virtual_sms > 0) po.device.sms = e.virtual_sms;
+  if (e.blocks_per_sm > 0) po.device.blocks_per_sm = e.blocks_per_sm;
+  po.atomics = atomics;
+  if (kind->fixed_split_sizes()) {
     int32_t split = 0;
     int64_t gemm_split = 0;
     ASSIGN_OR_RETURN(nlohmann::json extra, parse_extra(h));
@@ -217,12 +228,10 @@ Result<std::shared_ptr<Policy>> policy_from_header(const trace::RunHeader& h) {
       }
     }
     if (split <= 0) split = default_invariant_split_size(h.model.hidden);
-    return std::shared_ptr<Policy>(
-        make_invariant_policy(split, static_cast<int32_t>(gemm_split)));
+    po.attn_split_size = split;
+    po.gemm_split_size = static_cast<int32_t>(gemm_split);
   }
-  return make_error(ErrorCode::kUnsupported, "run header: policy '" + name +
-                                                 "' cannot be rebuilt (production, "
-                                                 "production+atomics or invariant)");
+  return std::shared_ptr<Policy>(make_policy(*kind, po));
 }
 
 Result<std::string> resolve_model_spec(const trace::RunHeader& h,

@@ -212,14 +212,15 @@ std::string record_command(const FuzzCampaign& c, const Composition& x, const st
   const EngineConfig cfg = c.engine.config_for(x);
   std::string s = "llmrr record --model " + shell_quote(c.model_spec);
   if (!c.dtype.empty()) s += " --dtype " + c.dtype;
-  s += " --policy " + c.engine.policy;
-  if (c.engine.policy == "invariant" && c.engine.attn_split > 0) {
+  const PolicyKind policy = c.engine.policy;
+  s += " --policy " + std::string(policy.name());
+  if (policy.fixed_split_sizes() && c.engine.attn_split > 0) {
     s += " --attn-split " + std::to_string(c.engine.attn_split);
   }
-  if (c.engine.policy == "invariant" && c.engine.gemm_split > 0) {
+  if (policy.fixed_split_sizes() && c.engine.gemm_split > 0) {
     s += " --gemm-split " + std::to_string(c.engine.gemm_split);
   }
-  if (c.engine.policy == "production") {
+  if (policy.uses_virtual_device()) {
     s += " --sms " + std::to_string(c.engine.device.sms) + " --blocks-per-sm " +
          std::to_string(c.engine.device.blocks_per_sm);
   }
@@ -262,8 +263,8 @@ Status record_trace(const FuzzCampaign& c, const Composition& x, bool solo,
                             ? c.engine.attn_split
                             : default_invariant_split_size(c.engine.model->config.hidden);
   fill_run_header(&h, *c.engine.model, cfg, policy->name(), c.engine.device,
-                  c.engine.policy == "invariant" || c.engine.attn_split > 0 ? split : 0, 0, 0,
-                  c.engine.policy == "invariant" ? c.engine.gemm_split : 0);
+                  c.engine.policy.fixed_split_sizes() || c.engine.attn_split > 0 ? split : 0, 0, 0,
+                  c.engine.policy.fixed_split_sizes() ? c.engine.gemm_split : 0);
   if (!c.dtype.empty()) {
     ASSIGN_OR_RETURN(Json extra, safeio::parse_json_object(h.extra_config_json,
                                                            "run header: extra_config_json",
@@ -362,7 +363,7 @@ Result<FuzzSummary> run_fuzz_campaign(const FuzzCampaign& c) {
   FuzzSummary s;
   s.model_spec = c.model_spec;
   s.model_identity = model.identity;
-  s.policy = c.engine.policy;
+  s.policy = std::string(c.engine.policy.name());
   s.dtype = c.dtype;
   s.target_prompt = c.target.prompt;
   s.prompt_text = c.prompt_text;

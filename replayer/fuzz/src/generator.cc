@@ -104,14 +104,11 @@ std::vector<RequestSpec> composition_requests(const FuzzTarget& target, const Co
 }
 
 std::shared_ptr<Policy> FuzzEngine::make_policy() const {
-  if (policy == "invariant") {
-    return make_invariant_policy(
-        attn_split > 0 ? attn_split : default_invariant_split_size(model->config.hidden),
-        gemm_split);
-  }
-  ProductionOptions po;
-  po.device = device;
-  return make_production_policy(po);
+  return llmrr::make_policy(  // qualified: this member's name hides it
+      policy, {.device = device,
+               .attn_split_size =
+                   attn_split > 0 ? attn_split : default_invariant_split_size(model->config.hidden),
+               .gemm_split_size = gemm_split});
 }
 
 EngineConfig FuzzEngine::config_for(const Composition& c) const {

@@ -3,10 +3,10 @@
 //
 // - Weights are uploaded once (create); the KV cache lives on the device in blocks whose
 //   ids are the engine's host block tables (the host allocates ids, stores nothing).
-// - Plans: the policy's, as on the CPU, except that under the production policy every GEMM
-//   asks cuBLASLt's heuristic and its algorithm is the plan (cublaslt_plan.h). A forced
-//   plan naming a cuBLASLt algorithm re-creates it; every other plan runs the exact kernels
-//   (cuda_ops.h), which follow it bit for bit like the CPU's.
+// - Plans: the CPU's lookup (get_plan.h), except that under the production policy
+//   (Policy::gemm_from_device) every GEMM asks cuBLASLt's heuristic and its algorithm is the
+//   plan (cublaslt_plan.h). A forced plan naming a cuBLASLt algorithm re-creates it; every
+//   other plan runs the exact kernels (cuda_ops.h), which follow it bit for bit like the CPU's.
 // - Observers: a site's rows become 16-byte fingerprints on the device (select_rows); the
 //   fingerprints and the sampled rows' logits come back with one async copy each and one
 //   stream sync per step, after which on_plan / on_rows are delivered in forward order.
@@ -21,6 +21,7 @@
 #include "cuda/cuda_engine.h"
 #include "cuda/engine_kernels.h"
 #include "device_forward.h"
+#include "get_plan.h"
 #include "llmrr/kernels/cublaslt_gemm.h"
 #include "llmrr/kernels/cublaslt_plan.h"
 #include "llmrr/kernels/cuda_ops.h"
@@ -116,21 +117,18 @@ class CudaForward final : public DeviceForward {
     return mask;
   }
 
-  Result<Plan> get_plan(PlanQuery q, const DeviceWeight* gemm_weight = nullptr) {
-    q.step = b_->step;
-    Plan p;
-    if (gemm_weight && production_) {
-      // The production policy on CUDA asks cuBLASLt (it does not imitate it).
-      ASSIGN_OR_RETURN(CublasLtAlgo algo, lt_->choose(q.rows, *gemm_weight));
-      p = cublaslt::to_plan(algo);
-    } else {
-      ASSIGN_OR_RETURN(p, policy_->plan(q));
+  // The CPU's plan lookup (get_plan.h), with cuBLASLt as the device's GEMM heuristic: the
+  // production policy on CUDA asks it (it does not imitate it).
+  Result<Plan> get_plan(const PlanQuery& q, const DeviceWeight* gemm_weight = nullptr) {
+    PlanDevice device;
+    device.runs_cublaslt = true;
+    if (gemm_weight) {
+      device.gemm = [this, gemm_weight](const PlanQuery& gq) -> Result<Plan> {
+        ASSIGN_OR_RETURN(CublasLtAlgo algo, lt_->choose(gq.rows, *gemm_weight));
+        return cublaslt::to_plan(algo);
+      };
     }
-    if (std::string why = plan_check(p); !why.empty()) {
-      return make_error(ErrorCode::kSemantic, "step " + std::to_string(b_->step) + ", site " +
-                                                  site_name(q.site) + ": bad plan (" +
-                                                  plan_to_string(p) + "): " + why);
-    }
+    ASSIGN_OR_RETURN(Plan p, llmrr::get_plan(*b_, *policy_, q, device));
     if (b_->notify && !obs_->empty()) {
       Event e;
       e.site = q.site;
@@ -262,7 +260,6 @@ class CudaForward final : public DeviceForward {
   const StepBatch* b_ = nullptr;
   Policy* policy_ = nullptr;
   const std::vector<Observer*>* obs_ = nullptr;
-  bool production_ = false;
   std::vector<Event> events_;
   DeviceBuffer x_, h_, q_, k_, v_, att_, tmp_, gate_, up_, act_, xs_, hs_, logits_d_;
   DeviceBuffer tokens_d_, positions_d_, sampled_d_, kv_dst_d_, block_ptrs_d_;
@@ -422,7 +419,6 @@ Status CudaForward::forward(const StepBatch& b, Policy& policy,
   b_ = &b;
   policy_ = &policy;
   obs_ = &observers;
-  production_ = policy.name() == "production";
   events_.clear();
   fp_used_ = 0;
 

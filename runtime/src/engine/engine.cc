@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "get_plan.h"
 #include "impl.h"
 #include "llmrr/kernels/sample.h"
 
@@ -58,19 +59,8 @@ void Engine::Impl::emit(uint64_t mask, const StepBatch& b, SiteId site, const fl
 }
 
 Result<Plan> Engine::Impl::get_plan(const StepBatch& b, PlanQuery q) {
-  q.step = b.step;
-  ASSIGN_OR_RETURN(Plan p, policy->plan(q));
-  if (p.cublaslt) {
-    return make_error(ErrorCode::kUnsupported,
-                      step_str(b.step) + ", site " + site_name(q.site) + ": " +
-                          plan_to_string(p) + " is a tensor-core GEMM; only --device cuda runs it");
-  }
-  std::string why = plan_check(p, q.op == OpKind::kCombine ? b.full_rows : 0,
-                               q.op == OpKind::kCombine ? q.top_k : 0);
-  if (!why.empty()) {
-    return make_error(ErrorCode::kSemantic, step_str(b.step) + ", site " + site_name(q.site) +
-                                                ": bad plan (" + plan_to_string(p) + "): " + why);
-  }
+  static const PlanDevice kCpu;  // no GEMM heuristic of its own, no cuBLASLt
+  ASSIGN_OR_RETURN(Plan p, llmrr::get_plan(b, *policy, q, kCpu));
   if (b.notify) {
     for (Observer* o : obs) o->on_plan(b.step, q.site, p);
   }

@@ -83,6 +83,7 @@ struct Engine::Impl {
   uint64_t ask(const StepBatch& b, SiteId site);
   void emit(uint64_t mask, const StepBatch& b, SiteId site, const float* data, int64_t ld,
             int64_t rows, int64_t cols, const int32_t* batch_rows);
+  // The plan of get_plan.h (the one lookup the CUDA forward shares), told to the observers.
   Result<Plan> get_plan(const StepBatch& b, PlanQuery q);
 
   // ---- ops at sites (engine/forward.cc) ----------------------------------------------------

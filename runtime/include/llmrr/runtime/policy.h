@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "llmrr/format/status.h"
@@ -63,6 +64,45 @@ class Policy {
   // "production", "production+atomics", "invariant", "forced".
   virtual std::string name() const = 0;
   virtual Result<Plan> plan(const PlanQuery& query) = 0;
+  // Whether a GEMM's plan is the device's own heuristic's where the device has one (CUDA:
+  // cuBLASLt's algorithm) rather than plan()'s: the production policy, whose GEMM rules
+  // imitate that heuristic, asks the real one there. Not with atomics (cuBLASLt has no
+  // arrival-order reductions), nor for a policy that wraps another. runtime/src/get_plan.h.
+  virtual bool gemm_from_device() const { return false; }
+};
+
+// The policy a user names (--policy; a fuzz campaign; the name a run header records, read
+// back by the replayer), parsed once from that name; everything after asks what it does
+// instead of comparing names. The forced policy is no kind: replay builds it around plans
+// read from a trace (make_forced_policy).
+class PolicyKind {
+ public:
+  enum Id : uint8_t { kProduction, kInvariant };
+  // Implicit, so that PolicyKind::kInvariant reads as a value.
+  constexpr PolicyKind(Id id) : id_(id) {}  // NOLINT(google-explicit-constructor)
+
+  // "production" | "invariant", exactly. Anything else is kInvalidArgument, one line that
+  // lists the names: "<what> must be production or invariant (got 'NAME')".
+  static Result<PolicyKind> parse(std::string_view name, std::string_view what = "--policy");
+  // The name parse() reads (and --policy, a run header's engine.policy without atomics, a
+  // fuzz summary print).
+  std::string_view name() const;
+  constexpr Id id() const { return id_; }
+  friend constexpr bool operator==(PolicyKind a, PolicyKind b) = default;
+
+  // Plans follow the batch's shape (split-K, split RMSNorm, split-KV chosen per step against
+  // the virtual device): a request's rows depend on the other requests in its batch.
+  constexpr bool batch_dependent() const { return id_ == kProduction; }
+  // Plans for the virtual device of --sms / --blocks-per-sm (invariant plans ignore it).
+  constexpr bool uses_virtual_device() const { return id_ == kProduction; }
+  // Arrival-order combines (--atomics) apply.
+  constexpr bool supports_atomics() const { return id_ == kProduction; }
+  // Split sizes fixed by options (--attn-split positions, --gemm-split K columns), never
+  // chosen by the batch.
+  constexpr bool fixed_split_sizes() const { return id_ == kInvariant; }
+
+ private:
+  Id id_;
 };
 
 struct ProductionOptions {
@@ -80,6 +120,16 @@ std::unique_ptr<Policy> make_production_policy(const ProductionOptions& options 
 // more independent work per output at small M (the split *size* is fixed, as attention's).
 std::unique_ptr<Policy> make_invariant_policy(int32_t attn_split_size = 256,
                                               int32_t gemm_split_size = 0);
+
+// Everything a policy of either kind may be built with; each kind takes its own fields
+// (PolicyKind's capabilities say which) and ignores the others.
+struct PolicyOptions {
+  VirtualDevice device;           // uses_virtual_device
+  bool atomics = false;           // supports_atomics
+  int32_t attn_split_size = 256;  // fixed_split_sizes
+  int32_t gemm_split_size = 0;    // fixed_split_sizes
+};
+std::unique_ptr<Policy> make_policy(PolicyKind kind, const PolicyOptions& options);
 int32_t default_invariant_split_size(int32_t hidden);
 // The k-tile every invariant GEMM uses.
 inline constexpr uint32_t kInvariantKTile = 64;

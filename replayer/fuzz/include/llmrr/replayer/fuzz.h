@@ -97,7 +97,7 @@ Composition generate_composition(const FuzzSpace& space, uint64_t seed, int64_t 
 struct FuzzEngine {
   const LoadedModel* model = nullptr;
   EngineConfig config;                 // scheduler.prefill_chunk and capacity are replaced
-  std::string policy = "production";   // production | invariant
+  PolicyKind policy = PolicyKind::kProduction;
   VirtualDevice device;
   int32_t attn_split = 0;              // invariant split size (0: the model's default)
   int32_t gemm_split = 0;              // invariant K columns per GEMM split (0: no split-K)
