@@ -1,6 +1,7 @@
 // llmrr fuzz: run one prompt under many seeded batch compositions, compare each run with the
 // prompt alone, shrink what splits visibly and save it as a trace pair; `llmrr fuzz merge`
 // combines the summaries of a sharded campaign.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "cli/vllm_exec.h"
 #include "engine_options.h"
 #include "llmrr/replayer/fuzz.h"
+#include "llmrr/safeio/cleanup.h"
 #include "llmrr/safeio/input.h"
 #include "llmrr/safeio/output.h"
 
@@ -61,6 +63,36 @@ Status write_summary(const std::string& out_dir, const std::string& text,
   return f.commit();
 }
 
+// The --out directory when this run creates it: removed with what is in it on an error
+// (the destructor) or on SIGINT, SIGTERM, SIGHUP or SIGXFSZ (the cleanup handler), kept by
+// keep() once summary.json is in place. A directory that was there before is left alone
+// (its split directories and summary are each written whole, renamed into place).
+class CreatedDir {
+ public:
+  Status make(const std::string& dir, std::string_view option) {
+    struct stat st;
+    const bool existed = ::stat(dir.c_str(), &st) == 0;
+    RETURN_IF_ERROR(safeio::make_output_dir(dir, option));
+    if (!existed) {
+      dir_ = dir;
+      slot_ = safeio::CleanupSlot(dir, /*tree=*/true);
+    }
+    return Status::Ok();
+  }
+  void keep() {
+    slot_.release();
+    dir_.clear();
+  }
+  ~CreatedDir() {
+    if (!dir_.empty()) safeio::remove_tree(dir_.c_str());
+    slot_.release();
+  }
+
+ private:
+  std::string dir_;
+  safeio::CleanupSlot slot_;
+};
+
 // A shard's summary.json holds one line per run: 1 GiB is some ten million runs.
 constexpr uint64_t kMaxSummaryBytes = uint64_t{1} << 30;
 
@@ -99,6 +131,7 @@ int run_merge(int argc, char** argv) {
     shards.push_back(std::move(*s));
     dirs.push_back(p.parent_path().empty() ? "." : p.parent_path().string());
   }
+  CreatedDir created;
   if (app.count("--out") > 0) {
     // No summary read is replaced, and no missing parent directory is created.
     Status st = safeio::check_output_dir(out, "--out", files);
@@ -106,15 +139,16 @@ int run_merge(int argc, char** argv) {
     if (st.ok() && fs::is_directory(out, ec)) {
       st = safeio::check_output_file((fs::path(out) / "summary.json").string(), "--out", files);
     }
-    if (st.ok()) st = safeio::make_output_dir(out, "--out");
     if (!st.ok()) return fail(st);
   }
   Result<replay::FuzzSummary> m = replay::merge_fuzz_summaries(shards, dirs, out);
   if (!m.ok()) return fail(m.status());
   const std::string j = replay::fuzz_summary_json(*m);
   if (!out.empty()) {
-    Status st = write_summary(out, j + "\n", files);
+    Status st = created.make(out, "--out");
+    if (st.ok()) st = write_summary(out, j + "\n", files);
     if (!st.ok()) return fail(st);
+    created.keep();
   }
   if (json) {
     std::printf("%s\n", j.c_str());
@@ -327,7 +361,8 @@ int run_fuzz_command(int argc, char** argv) {
                    static_cast<long long>(total));
     };
   }
-  if (Status st = safeio::make_output_dir(out, "--out"); !st.ok()) return fail(st);
+  CreatedDir created;
+  if (Status st = created.make(out, "--out"); !st.ok()) return fail(st);
 
   Result<replay::FuzzSummary> sum = replay::run_fuzz_campaign(c);
   if (bar) std::fprintf(stderr, "\r\033[K");
@@ -335,6 +370,7 @@ int run_fuzz_command(int argc, char** argv) {
   const std::string j = replay::fuzz_summary_json(*sum);
   Status st = write_summary(out, j + "\n", {o.model});
   if (!st.ok()) return fail(st);
+  created.keep();
   if (json) {
     std::printf("%s\n", j.c_str());
   } else {
