@@ -63,6 +63,30 @@ Status write_summary(const std::string& out_dir, const std::string& text,
   return f.commit();
 }
 
+// fuzz merge --out DIR: summary.json written into a staging directory (mkstemp-named, beside
+// DIR or inside it when it exists), fsynced, and moved into place whole.
+Status write_merged_summary(const std::string& out_dir, const std::string& text,
+                            const std::vector<std::string>& inputs) {
+  ASSIGN_OR_RETURN(safeio::OutputDir d, safeio::OutputDir::create(out_dir, "--out", inputs));
+  const std::string target = (fs::path(out_dir) / "summary.json").string();
+  Result<int> fd = d.create_file("summary.json");
+  if (!fd.ok()) return d.in_final_terms(fd.status());
+  std::FILE* f = ::fdopen(*fd, "wb");
+  if (f == nullptr) {
+    const int e = errno;
+    ::close(*fd);
+    return make_error(ErrorCode::kIo, target + ": cannot open: " + std::strerror(e));
+  }
+  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
+                     std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int e = errno;
+  if (std::fclose(f) != 0 || !wrote) {
+    return make_error(ErrorCode::kIo,
+                      target + ": cannot write: " + std::strerror(wrote ? errno : e));
+  }
+  return d.commit();
+}
+
 // The --out directory when this run creates it: removed with what is in it on an error
 // (the destructor) or on SIGINT, SIGTERM, SIGHUP or SIGXFSZ (the cleanup handler), kept by
 // keep() once summary.json is in place. A directory that was there before is left alone
@@ -131,7 +155,6 @@ int run_merge(int argc, char** argv) {
     shards.push_back(std::move(*s));
     dirs.push_back(p.parent_path().empty() ? "." : p.parent_path().string());
   }
-  CreatedDir created;
   if (app.count("--out") > 0) {
     // No summary read is replaced, and no missing parent directory is created.
     Status st = safeio::check_output_dir(out, "--out", files);
@@ -141,14 +164,20 @@ int run_merge(int argc, char** argv) {
     }
     if (!st.ok()) return fail(st);
   }
-  Result<replay::FuzzSummary> m = replay::merge_fuzz_summaries(shards, dirs, out);
+  // Split directories are named relative to --out, which does not exist yet when this run
+  // creates it: an absolute path relates to them the same either way.
+  std::error_code abs_ec;
+  const fs::path out_abs = out.empty() ? fs::path() : fs::absolute(out, abs_ec);
+  Result<replay::FuzzSummary> m = replay::merge_fuzz_summaries(
+      shards, dirs, abs_ec ? out : out_abs.string());
   if (!m.ok()) return fail(m.status());
   const std::string j = replay::fuzz_summary_json(*m);
   if (!out.empty()) {
-    Status st = created.make(out, "--out");
-    if (st.ok()) st = write_summary(out, j + "\n", files);
+    // Staged (safeio::OutputDir): a directory this run creates appears with its summary.json
+    // whole, by one rename, so no signal, not even kill -9, leaves it half made; into an
+    // existing directory the summary is moved when whole.
+    Status st = write_merged_summary(out, j + "\n", files);
     if (!st.ok()) return fail(st);
-    created.keep();
   }
   if (json) {
     std::printf("%s\n", j.c_str());
