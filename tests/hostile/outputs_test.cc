@@ -201,6 +201,34 @@ TEST(Outputs, SigtermDuringAWriteLeavesNoTemporary) {
   }
 }
 
+// fuzz --out fills its directory as the campaign runs (a split directory at a time): one it
+// created is removed when a signal ends the run (tools/campaigns/outputs found it left, with
+// split directories and no summary.json, after SIGINT, SIGTERM and SIGHUP).
+TEST(Outputs, SignalDuringFuzzRemovesTheOutputDirectoryItCreated) {
+  const std::string dir = fresh_dir("out-fuzz-signal");
+  const std::string out = dir + "/fz";
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    const pid_t pid = spawn({"fuzz", "--model", "builtin:tiny-moe", "--prompt", "a",
+                             "--max-tokens", "8", "--runs", "100000", "-q", "--out", out},
+                            dir + "/fuzz.log");
+    struct stat st;
+    bool seen = false;
+    for (int i = 0; i < 6000 && !seen; ++i) {
+      seen = ::stat(out.c_str(), &st) == 0;
+      if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(seen) << "fuzz never created " << out << ": " << rtest::read_file(dir + "/fuzz.log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // runs under way
+    ASSERT_EQ(::kill(pid, sig), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "signal " << sig << ": " << rtest::read_file(dir + "/fuzz.log");
+    EXPECT_EQ(WTERMSIG(status), sig);
+    EXPECT_NE(::lstat(out.c_str(), &st), 0) << "signal " << sig << ": " << out << " is left";
+    EXPECT_EQ(names_in(dir), std::vector<std::string>{"fuzz.log"}) << "signal " << sig;
+  }
+}
+
 TEST(Outputs, UnpackWritesNothingThroughALinkInTheOutputDirectory) {
   const std::string dir = fresh_dir("out-unpack-link");
   const std::string t = trace_in(dir);

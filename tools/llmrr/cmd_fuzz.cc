@@ -1,6 +1,7 @@
 // llmrr fuzz: run one prompt under many seeded batch compositions, compare each run with the
 // prompt alone, shrink what splits visibly and save it as a trace pair; `llmrr fuzz merge`
 // combines the summaries of a sharded campaign.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "cli/vllm_exec.h"
 #include "engine_options.h"
 #include "llmrr/replayer/fuzz.h"
+#include "llmrr/safeio/cleanup.h"
 #include "llmrr/safeio/input.h"
 #include "llmrr/safeio/output.h"
 
@@ -60,6 +62,60 @@ Status write_summary(const std::string& out_dir, const std::string& text,
   RETURN_IF_ERROR(f.write(text));
   return f.commit();
 }
+
+// fuzz merge --out DIR: summary.json written into a staging directory (mkstemp-named, beside
+// DIR or inside it when it exists), fsynced, and moved into place whole.
+Status write_merged_summary(const std::string& out_dir, const std::string& text,
+                            const std::vector<std::string>& inputs) {
+  ASSIGN_OR_RETURN(safeio::OutputDir d, safeio::OutputDir::create(out_dir, "--out", inputs));
+  const std::string target = (fs::path(out_dir) / "summary.json").string();
+  Result<int> fd = d.create_file("summary.json");
+  if (!fd.ok()) return d.in_final_terms(fd.status());
+  std::FILE* f = ::fdopen(*fd, "wb");
+  if (f == nullptr) {
+    const int e = errno;
+    ::close(*fd);
+    return make_error(ErrorCode::kIo, target + ": cannot open: " + std::strerror(e));
+  }
+  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
+                     std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int e = errno;
+  if (std::fclose(f) != 0 || !wrote) {
+    return make_error(ErrorCode::kIo,
+                      target + ": cannot write: " + std::strerror(wrote ? errno : e));
+  }
+  return d.commit();
+}
+
+// The --out directory when this run creates it: removed with what is in it on an error
+// (the destructor) or on SIGINT, SIGTERM, SIGHUP or SIGXFSZ (the cleanup handler), kept by
+// keep() once summary.json is in place. A directory that was there before is left alone
+// (its split directories and summary are each written whole, renamed into place).
+class CreatedDir {
+ public:
+  Status make(const std::string& dir, std::string_view option) {
+    struct stat st;
+    const bool existed = ::stat(dir.c_str(), &st) == 0;
+    RETURN_IF_ERROR(safeio::make_output_dir(dir, option));
+    if (!existed) {
+      dir_ = dir;
+      slot_ = safeio::CleanupSlot(dir, /*tree=*/true);
+    }
+    return Status::Ok();
+  }
+  void keep() {
+    slot_.release();
+    dir_.clear();
+  }
+  ~CreatedDir() {
+    if (!dir_.empty()) safeio::remove_tree(dir_.c_str());
+    slot_.release();
+  }
+
+ private:
+  std::string dir_;
+  safeio::CleanupSlot slot_;
+};
 
 // A shard's summary.json holds one line per run: 1 GiB is some ten million runs.
 constexpr uint64_t kMaxSummaryBytes = uint64_t{1} << 30;
@@ -106,14 +162,21 @@ int run_merge(int argc, char** argv) {
     if (st.ok() && fs::is_directory(out, ec)) {
       st = safeio::check_output_file((fs::path(out) / "summary.json").string(), "--out", files);
     }
-    if (st.ok()) st = safeio::make_output_dir(out, "--out");
     if (!st.ok()) return fail(st);
   }
-  Result<replay::FuzzSummary> m = replay::merge_fuzz_summaries(shards, dirs, out);
+  // Split directories are named relative to --out, which does not exist yet when this run
+  // creates it: an absolute path relates to them the same either way.
+  std::error_code abs_ec;
+  const fs::path out_abs = out.empty() ? fs::path() : fs::absolute(out, abs_ec);
+  Result<replay::FuzzSummary> m = replay::merge_fuzz_summaries(
+      shards, dirs, abs_ec ? out : out_abs.string());
   if (!m.ok()) return fail(m.status());
   const std::string j = replay::fuzz_summary_json(*m);
   if (!out.empty()) {
-    Status st = write_summary(out, j + "\n", files);
+    // Staged (safeio::OutputDir): a directory this run creates appears with its summary.json
+    // whole, by one rename, so no signal, not even kill -9, leaves it half made; into an
+    // existing directory the summary is moved when whole.
+    Status st = write_merged_summary(out, j + "\n", files);
     if (!st.ok()) return fail(st);
   }
   if (json) {
@@ -327,7 +390,8 @@ int run_fuzz_command(int argc, char** argv) {
                    static_cast<long long>(total));
     };
   }
-  if (Status st = safeio::make_output_dir(out, "--out"); !st.ok()) return fail(st);
+  CreatedDir created;
+  if (Status st = created.make(out, "--out"); !st.ok()) return fail(st);
 
   Result<replay::FuzzSummary> sum = replay::run_fuzz_campaign(c);
   if (bar) std::fprintf(stderr, "\r\033[K");
@@ -335,6 +399,7 @@ int run_fuzz_command(int argc, char** argv) {
   const std::string j = replay::fuzz_summary_json(*sum);
   Status st = write_summary(out, j + "\n", {o.model});
   if (!st.ok()) return fail(st);
+  created.keep();
   if (json) {
     std::printf("%s\n", j.c_str());
   } else {
