@@ -209,10 +209,11 @@ std::vector<StepRecord> fingerprint_steps() {
 }
 
 std::string write_sample(int level, const std::vector<StepRecord>& steps,
-                         const std::vector<float>& blob) {
+                         const std::vector<float>& blob, bool columns = true) {
   const std::string path = testing::temp_path("codec_l" + std::to_string(level));
   WriterOptions opt;
   opt.zstd_level = level;
+  opt.column_chunks = columns;
   auto w = TraceWriter::open(path, opt);
   EXPECT_TRUE(w.ok()) << w.status().message();
   EXPECT_TRUE((*w)->append_run_header(testing::sample_header()).ok());
@@ -229,9 +230,9 @@ std::string write_sample(int level, const std::vector<StepRecord>& steps,
 TEST(Codec, WriterCodesFingerprintsApartAtFastLevelsOnly) {
   const std::vector<StepRecord> steps = fingerprint_steps();
   const std::vector<float> blob = testing::logit_like(32000, 4);
-  for (int level : {1, 2, 3}) {
-    SCOPED_TRACE("level " + std::to_string(level));
-    const std::string path = write_sample(level, steps, blob);
+  for (int level : {1, 2, 3}) for (bool columns : {false, true}) {
+    SCOPED_TRACE("level " + std::to_string(level) + (columns ? ", columns" : ", plain"));
+    const std::string path = write_sample(level, steps, blob, columns);
     auto r = TraceReader::open(path);
     ASSERT_TRUE(r.ok()) << r.status().message();
     ASSERT_TRUE((*r)->verify().ok());
@@ -239,14 +240,19 @@ TEST(Codec, WriterCodesFingerprintsApartAtFastLevelsOnly) {
     for (const FrameInfo& f : (*r)->frames()) {
       const std::vector<uint8_t> p = stored_payload(path, f);
       if (f.kind == FrameKind::kStepChunk) {
-        ASSERT_EQ(f.codec, Codec::kZstd);
+        ASSERT_EQ(f.codec, columns ? Codec::kColumnZstd : Codec::kZstd);
         chunk_frames += count_zstd_frames(p.data(), p.size());
       } else if (f.kind == FrameKind::kTensorBlob) {
         ASSERT_EQ(f.codec, Codec::kShuffleZstd);
         blob_frames += count_zstd_frames(p.data(), p.size());
       }
     }
-    if (level <= detail::kMaxSpanLevel) {
+    if (level <= detail::kMaxSpanLevel && columns) {
+      // The FlatBuffer, the hash column stored, the float planes' compressible and random
+      // planes, the top-K columns.
+      EXPECT_GE(chunk_frames, 3);
+      EXPECT_EQ(blob_frames, 2);
+    } else if (level <= detail::kMaxSpanLevel) {
       EXPECT_GT(chunk_frames, 8);  // a fingerprint span per step, with gaps between
       EXPECT_EQ(blob_frames, 2);   // low mantissa planes, then the exponent plane
     } else {
