@@ -52,8 +52,8 @@ struct Args {
   int zstd_level = 1;
   int chunk_kib = 0;  // 0 = the writer's default step-chunk target
   std::string dir = "/tmp";
-  std::string keep;
-  int summary_bits = 23;  // WriterOptions::summary_bits of the column-coded modes  // keep the last recorded trace of each model as KEEP/<model>.trace
+  std::string keep;       // keep the last recorded traces of each model in this directory
+  int summary_bits = 23;  // WriterOptions::summary_bits of the column-coded modes
 };
 
 double median(std::vector<double> v) {
@@ -285,9 +285,10 @@ KindSizes bytes_per_kind(const std::string& path, int64_t tokens) {
 }
 
 void print_kinds(const KindSizes& a, const KindSizes& b) {
-  std::printf("  | record kind | raw B/token | stored B/token (est.), format %s | stored B/token "
-              "(est.), format %s |\n",
-              a.format.c_str(), b.format.c_str());
+  std::printf(
+      "  | record kind | raw B/token | stored B/token (est.), format %s | stored B/token "
+      "(est.), format %s |\n",
+      a.format.c_str(), b.format.c_str());
   std::printf("  |---|---:|---:|---:|\n");
   for (size_t i = 0; i < a.kinds.size(); ++i) {
     double sb = 0;
@@ -342,8 +343,8 @@ int bench_model(const std::string& spec, const Args& a) {
     double t[kModes] = {0, 0, 0, 0};
     for (int k = 0; k < kModes; ++k) {
       const int mode = (k + rep) % kModes;
-      RunResult r = run_once(*m, a, reqs, mode == 0 ? "" : mode == 3 ? trace_12 : trace_path, false,
-                             mode != 2, mode != 3);
+      const std::string path = mode == 0 ? std::string() : mode == 3 ? trace_12 : trace_path;
+      RunResult r = run_once(*m, a, reqs, path, false, mode != 2, mode != 3);
       t[mode] = r.tokens / r.seconds;
       tps[mode].push_back(t[mode]);
       cpu[mode].push_back(r.cpu_seconds);
@@ -459,7 +460,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: recorder_bench [--models M,M] [--reps N] [--load N] [--max-tokens N] "
                    "[--threads N] [--capture none|layers|all] [--logits topk|full] "
-                   "[--zstd-level L] [--chunk-kib N] [--dir DIR] [--keep DIR] [--summary-bits B]\n");
+                   "[--zstd-level L] [--chunk-kib N] [--dir DIR] [--keep DIR] "
+                   "[--summary-bits B]\n");
       return 2;
     }
   }

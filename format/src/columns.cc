@@ -18,9 +18,9 @@ struct Sink {
   virtual ~Sink() = default;
   // n × 16 bytes: hash, l2, max_abs; `site_rows`: a SiteRows' rows (else a Logits.full)
   virtual void fingerprints(size_t at, size_t n, bool site_rows) = 0;
-  virtual void ids(size_t at, size_t n) = 0;           // n × int32
-  virtual void vals(size_t at, size_t n) = 0;          // n × float
-  virtual bool done() const = 0;                       // stop walking
+  virtual void ids(size_t at, size_t n) = 0;   // n × int32
+  virtual void vals(size_t at, size_t n) = 0;  // n × float
+  virtual bool done() const = 0;               // stop walking
 };
 
 // Walks the chunk at `base`. False when it visits more than `max_visits` tables: a chunk
@@ -28,7 +28,9 @@ struct Sink {
 bool walk(const uint8_t* base, size_t max_visits, Sink& s) {
   const fb::StepChunk* c = flatbuffers::GetRoot<fb::StepChunk>(base);
   size_t visits = 0;
-  auto at = [&](const void* p) { return static_cast<size_t>(static_cast<const uint8_t*>(p) - base); };
+  auto at = [&](const void* p) {
+    return static_cast<size_t>(static_cast<const uint8_t*>(p) - base);
+  };
   for (const fb::Step* st : *c->steps()) {
     if (++visits > max_visits) return false;
     if (const auto* rows = st->rows()) {
@@ -216,8 +218,8 @@ bool split_columns(const uint8_t* fb, size_t n, Buffer* out, std::vector<NoisySp
 
 bool column_fb_size(const uint8_t* p, size_t n, size_t* fb_size, std::string* why) {
   if (n < kColumnTrailerBytes) {
-    *why = "column-coded payload: expected an 8-byte trailer, found " + std::to_string(n) +
-           " bytes";
+    *why =
+        "column-coded payload: expected an 8-byte trailer, found " + std::to_string(n) + " bytes";
     return false;
   }
   const uint32_t size = load_u32(p + n - 8), version = load_u32(p + n - 4);
@@ -251,8 +253,8 @@ std::string join_columns(Buffer* raw, size_t fb_size) {
     return "column-coded payload: expected " + std::to_string(columns) +
            " column bytes to hold the chunk's fingerprints, top-K ids and top-K values, found " +
            (t.over ? std::string("more") : std::to_string(t.bytes())) + " bytes' worth (" +
-           std::to_string(t.fps.size()) + " fingerprints, " + std::to_string(t.ids_n) +
-           " ids, " + std::to_string(t.vals_n) + " values" + (t.over ? " so far" : "") + ")";
+           std::to_string(t.fps.size()) + " fingerprints, " + std::to_string(t.ids_n) + " ids, " +
+           std::to_string(t.vals_n) + " values" + (t.over ? " so far" : "") + ")";
   const Layout L(fb_size, t.fps.size(), t.ids_n, t.vals_n);
   move<false>(raw->data(), t, L);
   raw->resize(fb_size);

@@ -94,8 +94,7 @@ TEST(Columns, RecordsComeBackBitForBitAndSmaller) {
   size_t sizes[2] = {0, 0};
   for (bool columns : {false, true}) {
     for (int level : {0, 1, 3}) {
-      SCOPED_TRACE(std::string(columns ? "columns" : "plain") + ", level " +
-                   std::to_string(level));
+      SCOPED_TRACE(std::string(columns ? "columns" : "plain") + ", level " + std::to_string(level));
       TempFile f(columns ? "columns" : "plain");
       WriterOptions opt;
       opt.column_chunks = columns;
@@ -146,8 +145,7 @@ TEST(Columns, RoundMantissaIsToNearestEvenAndStaysFinite) {
   EXPECT_EQ(float_of(detail::round_mantissa(bits_of(1.0f + 0x1p-9f + 0x1p-10f), 8)),
             1.0f + 0x1p-8f);
   EXPECT_EQ(float_of(detail::round_mantissa(bits_of(1.0f + 0x1p-9f), 8)), 1.0f);
-  EXPECT_EQ(float_of(detail::round_mantissa(bits_of(1.0f + 0x1p-8f + 0x1p-9f), 8)),
-            1.0f + 0x1p-7f);
+  EXPECT_EQ(float_of(detail::round_mantissa(bits_of(1.0f + 0x1p-8f + 0x1p-9f), 8)), 1.0f + 0x1p-7f);
   // A carry into the exponent is the nearest value: 2 - 2^-23 → 2.
   EXPECT_EQ(float_of(detail::round_mantissa(bits_of(2.0f - 0x1p-23f), 14)), 2.0f);
   // Never to inf; inf and NaN kept; sign kept; 23 bits is exact.
@@ -263,8 +261,7 @@ TEST(Columns, SharedOffsetsCannotMakeTheWalkQuadratic) {
   detail::store_u32(raw.data() + raw.size() - 4, detail::kColumnLayoutVersion);
   const auto t0 = std::chrono::steady_clock::now();
   const std::string why = detail::join_columns(&raw, fb_size);
-  const double s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_FALSE(why.empty());
   EXPECT_LT(s, 1.0);
   // Without the column bytes' limit the visit cap refuses it.
@@ -307,9 +304,8 @@ Status read_damaged(const std::string& name, void (*damage)(detail::Buffer*)) {
 TEST(Columns, TheReaderRefusesADamagedColumnPayload) {
   Status intact = read_damaged("intact", [](detail::Buffer*) {});
   EXPECT_TRUE(intact.ok()) << intact.to_string();
-  Status v = read_damaged("version", [](detail::Buffer* c) {
-    detail::store_u32(c->data() + c->size() - 4, 9);
-  });
+  Status v = read_damaged(
+      "version", [](detail::Buffer* c) { detail::store_u32(c->data() + c->size() - 4, 9); });
   EXPECT_EQ(v.code(), ErrorCode::kCorruptPayload);
   EXPECT_NE(v.message().find("expected column layout version 1, found 9"), std::string::npos)
       << v.message();

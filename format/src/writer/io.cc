@@ -329,10 +329,9 @@ Status TraceWriter::Impl::encode(const Job& job, uint32_t index, detail::ZstdCom
       noisy = &planes;
     }
     std::string err;
-    const bool ok =
-        opt_.zstd_level <= detail::kMaxSpanLevel && !noisy->empty()
-            ? zstd.compress_spans(src, body_raw, opt_.zstd_level, *noisy, frame, &err)
-            : zstd.compress(src, body_raw, opt_.zstd_level, frame, &err);
+    const bool ok = opt_.zstd_level <= detail::kMaxSpanLevel && !noisy->empty()
+                        ? zstd.compress_spans(src, body_raw, opt_.zstd_level, *noisy, frame, &err)
+                        : zstd.compress(src, body_raw, opt_.zstd_level, frame, &err);
     if (!ok) return internal_error(path_, err.c_str());
     if (frame->size() - body_at >= job.raw.size()) {  // incompressible: store as is
       frame->resize(body_at);
