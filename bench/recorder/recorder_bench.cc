@@ -9,6 +9,8 @@
 //   recorder_bench [--models builtin:tiny-moe,smollm2] [--reps 5] [--load 8]
 //                  [--max-tokens 32] [--threads 2] [--capture none|layers|all]
 //                  [--logits topk|full] [--zstd-level 1] [--chunk-kib N] [--dir /tmp]
+//                  [--keep DIR]  (keep the last recorded trace of each model in DIR)
+//                  [--summary-bits 23]  (mantissa bits of the row summaries, format 1.3)
 //
 // "smollm2" names the cached SmolLM2-135M (tools/setup/smollm2); it is skipped with a note
 // when absent. Throughput = tokens generated / wall time of engine->run() plus the
@@ -17,6 +19,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -49,6 +52,8 @@ struct Args {
   int zstd_level = 1;
   int chunk_kib = 0;  // 0 = the writer's default step-chunk target
   std::string dir = "/tmp";
+  std::string keep;       // keep the last recorded traces of each model in this directory
+  int summary_bits = 23;  // WriterOptions::summary_bits of the column-coded modes
 };
 
 double median(std::vector<double> v) {
@@ -159,7 +164,8 @@ class Timed : public Observer {
 // One run; `trace_path` empty = no recorder. `background`: the recorder completes steps on
 // its own thread (the default) or inline on the engine's thread.
 RunResult run_once(const LoadedModel& m, const Args& a, const std::vector<RequestSpec>& reqs,
-                   const std::string& trace_path, bool timed = false, bool background = true) {
+                   const std::string& trace_path, bool timed = false, bool background = true,
+                   bool columns = true) {
   RunResult res;
   EngineConfig cfg;
   cfg.threads = a.threads;
@@ -185,6 +191,8 @@ RunResult run_once(const LoadedModel& m, const Args& a, const std::vector<Reques
     o.writer.zstd_level = a.zstd_level;
     if (a.chunk_kib > 0) o.writer.chunk_target_bytes = static_cast<size_t>(a.chunk_kib) << 10;
     o.background = background;
+    o.writer.column_chunks = columns;
+    if (columns) o.writer.summary_bits = a.summary_bits;
     trace::RunHeader h = base_run_header();
     h.model.name = m.identity;
     h.engine.threads = a.threads;  // the recorder plans its thread by the cores left free
@@ -230,34 +238,66 @@ RunResult run_once(const LoadedModel& m, const Args& a, const std::vector<Reques
   return res;
 }
 
-void bytes_per_kind(const std::string& path, int64_t tokens) {
+// Bytes per generated token by record kind. Raw: the FlatBuffer bytes the footer counts per
+// kind. Stored: estimated at the step chunks' ratio (stored over Σ raw record bytes: a
+// column-coded chunk's frame also counts the columns it moved, so the frames' raw size is
+// not the denominator); blobs and the whole file as stored.
+struct KindSizes {
+  std::vector<std::pair<std::string, std::pair<double, double>>> kinds;  // raw, stored
+  double raw = 0, stored = 0;
+  std::string format;
+};
+
+KindSizes bytes_per_kind(const std::string& path, int64_t tokens) {
+  KindSizes out;
   auto r = trace::TraceReader::open(path);
   if (!r.ok()) {
-    std::printf("  (cannot read the trace: %s)\n", r.status().to_string().c_str());
-    return;
+    std::printf("  (cannot read %s: %s)\n", path.c_str(), r.status().to_string().c_str());
+    return out;
   }
   const trace::TraceReader& t = **r;
-  uint64_t chunk_raw = 0, chunk_stored = 0, blob_stored = 0;
+  out.format = std::to_string(t.format_major()) + "." + std::to_string(t.format_minor());
+  uint64_t chunk_stored = 0, blob_stored = 0, record_raw = 0;
+  bool columns = false;
   for (const trace::FrameInfo& f : t.frames()) {
     if (f.kind == trace::FrameKind::kStepChunk) {
-      chunk_raw += f.raw_size;
       chunk_stored += f.stored_size + trace::kFrameHeaderBytes;
+      columns = columns || f.codec == trace::Codec::kColumnZstd;
     } else if (f.kind == trace::FrameKind::kTensorBlob) {
       blob_stored += f.stored_size + trace::kFrameHeaderBytes;
     }
   }
-  const double ratio = chunk_raw ? static_cast<double>(chunk_stored) / chunk_raw : 1.0;
-  std::printf("  | record kind | raw B/token | stored B/token (est.) |\n");
-  std::printf("  |---|---:|---:|\n");
+  out.format += columns ? " columns" : " plain chunks";
+  for (const trace::KindBytes& k : t.kind_bytes())
+    if (k.kind != "run_header" && k.kind != "blobs" && k.kind != "kernels")
+      record_raw += k.raw_bytes;
+  const double ratio = record_raw ? static_cast<double>(chunk_stored) / record_raw : 1.0;
   for (const trace::KindBytes& k : t.kind_bytes()) {
     const double raw = static_cast<double>(k.raw_bytes) / tokens;
     double stored = raw * ratio;
     if (k.kind == "blobs") stored = static_cast<double>(blob_stored) / tokens;
     if (k.kind == "run_header") stored = raw;  // its own frame; tiny either way
-    std::printf("  | %s | %.1f | %.1f |\n", k.kind.c_str(), raw, stored);
+    out.kinds.push_back({k.kind, {raw, stored}});
   }
-  std::printf("  | **whole file** | %.1f | %.1f |\n", static_cast<double>(t.raw_bytes()) / tokens,
-              static_cast<double>(t.file_size()) / tokens);
+  out.raw = static_cast<double>(record_raw) / tokens;
+  out.stored = static_cast<double>(t.file_size()) / tokens;
+  return out;
+}
+
+void print_kinds(const KindSizes& a, const KindSizes& b) {
+  std::printf(
+      "  | record kind | raw B/token | stored B/token (est.), format %s | stored B/token "
+      "(est.), format %s |\n",
+      a.format.c_str(), b.format.c_str());
+  std::printf("  |---|---:|---:|---:|\n");
+  for (size_t i = 0; i < a.kinds.size(); ++i) {
+    double sb = 0;
+    for (const auto& k : b.kinds)
+      if (k.first == a.kinds[i].first) sb = k.second.second;
+    std::printf("  | %s | %.1f | %.1f | %.1f |\n", a.kinds[i].first.c_str(),
+                a.kinds[i].second.first, a.kinds[i].second.second, sb);
+  }
+  std::printf("  | **whole file** | %.1f | **%.1f** | **%.1f** |\n", a.raw, a.stored, b.stored);
 }
 
 int bench_model(const std::string& spec, const Args& a) {
@@ -282,23 +322,29 @@ int bench_model(const std::string& spec, const Args& a) {
   RunResult warm_off = run_once(*m, a, reqs, "");
   RunResult warm_on = run_once(*m, a, reqs, trace_path);
   RunResult warm_inline = run_once(*m, a, reqs, trace_path, false, /*background=*/false);
-  if (warm_off.outputs != warm_on.outputs || warm_off.outputs != warm_inline.outputs) {
+  RunResult warm_12 = run_once(*m, a, reqs, trace_path + ".1.2", false, true, /*columns=*/false);
+  if (warm_off.outputs != warm_on.outputs || warm_off.outputs != warm_inline.outputs ||
+      warm_off.outputs != warm_12.outputs) {
     std::fprintf(stderr, "%s: recording changed the generated tokens\n", spec.c_str());
     return 3;
   }
-  // Three modes: 0 record off, 1 record on (the recorder's thread), 2 record on, inline.
-  constexpr int kModes = 3;
+  // Four modes: 0 record off, 1 record on (the recorder's thread), 2 record on, inline,
+  // 3 record on with format 1.2's step chunks (plain zstd, no columns; its own file).
+  const std::string trace_12 = trace_path + ".1.2";
+  constexpr int kModes = 4;
   const char* names[kModes] = {"record off", "record on (pipelined, default)",
-                               "record on (inline on the engine thread)"};
+                               "record on (inline on the engine thread)",
+                               "record on (pipelined, format 1.2 step chunks)"};
   std::vector<double> tps[kModes], cpu[kModes], paired[kModes], close_ms[kModes];
   int64_t steps_on = 0, inline_on = 0, idle_on = 0;
   int64_t tokens = warm_off.tokens;
   for (int rep = 0; rep < a.reps; ++rep) {
     // Rotate the order so that no mode always runs first on a warmer or quieter machine.
-    double t[kModes] = {0, 0, 0};
+    double t[kModes] = {0, 0, 0, 0};
     for (int k = 0; k < kModes; ++k) {
       const int mode = (k + rep) % kModes;
-      RunResult r = run_once(*m, a, reqs, mode == 0 ? "" : trace_path, false, mode == 1);
+      const std::string path = mode == 0 ? std::string() : mode == 3 ? trace_12 : trace_path;
+      RunResult r = run_once(*m, a, reqs, path, false, mode != 2, mode != 3);
       t[mode] = r.tokens / r.seconds;
       tps[mode].push_back(t[mode]);
       cpu[mode].push_back(r.cpu_seconds);
@@ -315,8 +361,9 @@ int bench_model(const std::string& spec, const Args& a) {
               m->config.layers, m->config.hidden, m->config.vocab);
   std::printf(
       "workload: target + load %d, max_tokens %d, %d threads, production policy, "
-      "%" PRId64 " tokens per run; recorder: capture %s, logits %s, zstd %d\n",
-      a.load, a.max_tokens, a.threads, tokens, a.capture.c_str(), a.logits.c_str(), a.zstd_level);
+      "%" PRId64 " tokens per run; recorder: capture %s, logits %s, zstd %d, summary bits %d\n",
+      a.load, a.max_tokens, a.threads, tokens, a.capture.c_str(), a.logits.c_str(), a.zstd_level,
+      a.summary_bits);
   std::printf("  | mode | tokens/s (median of %d) | min | max | on/off (median of pairs) | "
               "process CPU ms | close() ms |\n", a.reps);
   std::printf("  |---|---:|---:|---:|---:|---:|---:|\n");
@@ -347,7 +394,19 @@ int bench_model(const std::string& spec, const Args& a) {
     std::printf(" %s %.2f", name.c_str(), 1e3 * secs);
   std::printf("\n");
   std::printf("bytes per generated token by record kind (last recorded run):\n");
-  bytes_per_kind(trace_path, tokens);
+  print_kinds(bytes_per_kind(trace_path, tokens), bytes_per_kind(trace_12, tokens));
+  if (!a.keep.empty()) {
+    std::string name = spec.substr(spec.find(':') == std::string::npos ? 0 : spec.find(':') + 1);
+    for (const auto& [from, to] : {std::pair{trace_path, a.keep + "/" + name + ".trace"},
+                                   std::pair{trace_12, a.keep + "/" + name + "-1.2.trace"}}) {
+      if (std::rename(from.c_str(), to.c_str()) == 0) {
+        std::printf("  trace kept as %s\n", to.c_str());
+      } else {
+        std::fprintf(stderr, "cannot keep the trace as %s: %s\n", to.c_str(), std::strerror(errno));
+      }
+    }
+  }
+  std::remove(trace_12.c_str());
   std::remove(trace_path.c_str());
   return 0;
 }
@@ -393,11 +452,16 @@ int main(int argc, char** argv) {
       a.chunk_kib = std::atoi(val().c_str());
     } else if (k == "--dir") {
       a.dir = val();
+    } else if (k == "--keep") {
+      a.keep = val();
+    } else if (k == "--summary-bits") {
+      a.summary_bits = std::atoi(val().c_str());
     } else {
       std::fprintf(stderr,
                    "usage: recorder_bench [--models M,M] [--reps N] [--load N] [--max-tokens N] "
                    "[--threads N] [--capture none|layers|all] [--logits topk|full] "
-                   "[--zstd-level L] [--chunk-kib N] [--dir DIR]\n");
+                   "[--zstd-level L] [--chunk-kib N] [--dir DIR] [--keep DIR] "
+                   "[--summary-bits B]\n");
       return 2;
     }
   }

@@ -68,7 +68,7 @@ bool known_kind(uint8_t kind) {
   return kind >= 1 && kind <= 5;
 }
 bool known_codec(uint8_t codec) {
-  return codec <= 2;
+  return codec <= 3;
 }
 
 void shuffle_bytes(const uint8_t* in, uint8_t* out, size_t bytes, size_t elem) {

@@ -158,6 +158,8 @@ const char* codec_name(Codec codec) {
       return "zstd";
     case Codec::kShuffleZstd:
       return "shuffle+zstd";
+    case Codec::kColumnZstd:
+      return "columns+zstd";
   }
   return "unknown codec";
 }

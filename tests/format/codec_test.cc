@@ -209,10 +209,11 @@ std::vector<StepRecord> fingerprint_steps() {
 }
 
 std::string write_sample(int level, const std::vector<StepRecord>& steps,
-                         const std::vector<float>& blob) {
+                         const std::vector<float>& blob, bool columns = true) {
   const std::string path = testing::temp_path("codec_l" + std::to_string(level));
   WriterOptions opt;
   opt.zstd_level = level;
+  opt.column_chunks = columns;
   auto w = TraceWriter::open(path, opt);
   EXPECT_TRUE(w.ok()) << w.status().message();
   EXPECT_TRUE((*w)->append_run_header(testing::sample_header()).ok());
@@ -229,42 +230,48 @@ std::string write_sample(int level, const std::vector<StepRecord>& steps,
 TEST(Codec, WriterCodesFingerprintsApartAtFastLevelsOnly) {
   const std::vector<StepRecord> steps = fingerprint_steps();
   const std::vector<float> blob = testing::logit_like(32000, 4);
-  for (int level : {1, 2, 3}) {
-    SCOPED_TRACE("level " + std::to_string(level));
-    const std::string path = write_sample(level, steps, blob);
-    auto r = TraceReader::open(path);
-    ASSERT_TRUE(r.ok()) << r.status().message();
-    ASSERT_TRUE((*r)->verify().ok());
-    int chunk_frames = 0, blob_frames = 0;
-    for (const FrameInfo& f : (*r)->frames()) {
-      const std::vector<uint8_t> p = stored_payload(path, f);
-      if (f.kind == FrameKind::kStepChunk) {
-        ASSERT_EQ(f.codec, Codec::kZstd);
-        chunk_frames += count_zstd_frames(p.data(), p.size());
-      } else if (f.kind == FrameKind::kTensorBlob) {
-        ASSERT_EQ(f.codec, Codec::kShuffleZstd);
-        blob_frames += count_zstd_frames(p.data(), p.size());
+  for (int level : {1, 2, 3})
+    for (bool columns : {false, true}) {
+      SCOPED_TRACE("level " + std::to_string(level) + (columns ? ", columns" : ", plain"));
+      const std::string path = write_sample(level, steps, blob, columns);
+      auto r = TraceReader::open(path);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      ASSERT_TRUE((*r)->verify().ok());
+      int chunk_frames = 0, blob_frames = 0;
+      for (const FrameInfo& f : (*r)->frames()) {
+        const std::vector<uint8_t> p = stored_payload(path, f);
+        if (f.kind == FrameKind::kStepChunk) {
+          ASSERT_EQ(f.codec, columns ? Codec::kColumnZstd : Codec::kZstd);
+          chunk_frames += count_zstd_frames(p.data(), p.size());
+        } else if (f.kind == FrameKind::kTensorBlob) {
+          ASSERT_EQ(f.codec, Codec::kShuffleZstd);
+          blob_frames += count_zstd_frames(p.data(), p.size());
+        }
       }
+      if (level <= detail::kMaxSpanLevel && columns) {
+        // The FlatBuffer, the hash column stored, the float planes' compressible and random
+        // planes, the top-K columns.
+        EXPECT_GE(chunk_frames, 3);
+        EXPECT_EQ(blob_frames, 2);
+      } else if (level <= detail::kMaxSpanLevel) {
+        EXPECT_GT(chunk_frames, 8);  // a fingerprint span per step, with gaps between
+        EXPECT_EQ(blob_frames, 2);   // low mantissa planes, then the exponent plane
+      } else {
+        EXPECT_EQ(chunk_frames, 1);
+        EXPECT_EQ(blob_frames, 1);
+      }
+      // Whatever the framing, every record and the blob come back bit for bit.
+      for (const StepRecord& s : steps) {
+        StepRecord got;
+        ASSERT_TRUE((*r)->read_step(s.step, &got).ok());
+        EXPECT_EQ(got, s);
+      }
+      std::vector<uint8_t> bytes;
+      ASSERT_TRUE((*r)->read_blob(0, &bytes).ok());
+      ASSERT_EQ(bytes.size(), blob.size() * 4);
+      EXPECT_EQ(std::memcmp(bytes.data(), blob.data(), bytes.size()), 0);
+      std::remove(path.c_str());
     }
-    if (level <= detail::kMaxSpanLevel) {
-      EXPECT_GT(chunk_frames, 8);  // a fingerprint span per step, with gaps between
-      EXPECT_EQ(blob_frames, 2);   // low mantissa planes, then the exponent plane
-    } else {
-      EXPECT_EQ(chunk_frames, 1);
-      EXPECT_EQ(blob_frames, 1);
-    }
-    // Whatever the framing, every record and the blob come back bit for bit.
-    for (const StepRecord& s : steps) {
-      StepRecord got;
-      ASSERT_TRUE((*r)->read_step(s.step, &got).ok());
-      EXPECT_EQ(got, s);
-    }
-    std::vector<uint8_t> bytes;
-    ASSERT_TRUE((*r)->read_blob(0, &bytes).ok());
-    ASSERT_EQ(bytes.size(), blob.size() * 4);
-    EXPECT_EQ(std::memcmp(bytes.data(), blob.data(), bytes.size()), 0);
-    std::remove(path.c_str());
-  }
 }
 
 }  // namespace

@@ -137,11 +137,12 @@ class RawTrace {
   // steps in the footer; `stored_override` replaces the encoded payload.
   void add_chunk_bytes(const std::vector<uint8_t>& raw, int64_t first, int64_t last,
                        const FrameLies& lies = {}, int64_t nsteps = 1,
-                       const std::vector<uint8_t>* stored_override = nullptr) {
+                       const std::vector<uint8_t>* stored_override = nullptr,
+                       Codec codec = Codec::kZstd) {
     if (first_step_ < 0) first_step_ = first;
     last_step_ = last;
     steps_ += nsteps;
-    add_frame(FrameKind::kStepChunk, raw, Codec::kZstd, lies, stored_override, first, last);
+    add_frame(FrameKind::kStepChunk, raw, codec, lies, stored_override, first, last);
   }
 
   // A tensor blob frame (shuffle + zstd like the writer).

@@ -202,6 +202,15 @@ inline Status write_expected(const std::string& path, const Expected& e, WriterO
   return w->close();
 }
 
+// --- columns: moe_run's records in column-coded step chunks (format 1.3) --------------------
+// The other files keep format 1.2's plain step chunks (make_golden writes them so), which
+// a 1.3 reader must go on reading.
+inline Expected columns() {
+  Expected e = moe_run();
+  e.header = sample_header("golden-columns");
+  return e;
+}
+
 struct Case {
   const char* file;
   Expected (*expected)();
@@ -215,6 +224,7 @@ inline const std::vector<Case>& cases() {
       {"lossy.trace", &lossy},
       {"uncompressed.trace", &uncompressed},
       {"deep_config.trace", &deep_config},
+      {"columns.trace", &columns},
   };
   return c;
 }

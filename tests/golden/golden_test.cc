@@ -88,6 +88,25 @@ TEST(GoldenCrashed, DecodesItsWholeFrames) {
   EXPECT_TRUE((*r)->verify().ok());
 }
 
+// The layouts the goldens pin: format 1.2's plain step chunks everywhere but columns.trace,
+// column-coded (1.3). A reader that read both through one path would pass the rest while
+// never decoding a column chunk.
+TEST(GoldenLayouts, PlainChunksAndColumnChunksBothDecode) {
+  for (const Case& c : cases()) {
+    auto r = TraceReader::open(golden(c.file));
+    ASSERT_TRUE(r.ok()) << c.file << ": " << r.status().to_string();
+    const bool columns = std::string(c.file) == "columns.trace";
+    int chunks = 0;
+    for (const FrameInfo& f : (*r)->frames()) {
+      if (f.kind != FrameKind::kStepChunk) continue;
+      ++chunks;
+      const Codec plain = std::string(c.file) == "uncompressed.trace" ? Codec::kNone : Codec::kZstd;
+      EXPECT_EQ(f.codec, columns ? Codec::kColumnZstd : plain) << c.file;
+    }
+    EXPECT_EQ(chunks > 0, !c.expected().steps.empty()) << c.file;
+  }
+}
+
 TEST(GoldenXor, DecodesAgainstTheMoeRunTrace) {
   auto x = TraceReader::open(golden("xor_reference.trace"));
   auto m = TraceReader::open(golden("moe_run.trace"));

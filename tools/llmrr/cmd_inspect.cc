@@ -67,6 +67,17 @@ bool is_step_kind(const std::string& k) {
   return k != "run_header" && k != "blobs" && k != "kernels";
 }
 
+// Stored over raw bytes of the step chunks, raw meaning the records' FlatBuffer bytes (the
+// footer's per-kind counts): a column-coded chunk (format 1.3) decodes to its FlatBuffer
+// plus the columns moved out of it, so its frame's raw size counts those values twice.
+double step_chunk_ratio(const TraceReader& r, const Sizes& sz) {
+  uint64_t records = 0;
+  for (const KindBytes& k : r.kind_bytes())
+    if (is_step_kind(k.kind)) records += k.raw_bytes;
+  const uint64_t raw = records ? records : sz.chunk_raw;
+  return raw ? static_cast<double>(sz.chunk_stored) / static_cast<double>(raw) : 1.0;
+}
+
 int print_json(const TraceReader& r) {
   using nlohmann::json;
   const Sizes sz = frame_sizes(r);
@@ -107,8 +118,7 @@ int print_json(const TraceReader& r) {
   j["requests"] = reqs;
   json kinds = json::object();
   const double tokens = static_cast<double>(r.token_count());
-  const double chunk_ratio =
-      sz.chunk_raw ? static_cast<double>(sz.chunk_stored) / static_cast<double>(sz.chunk_raw) : 1.0;
+  const double chunk_ratio = step_chunk_ratio(r, sz);
   for (const KindBytes& k : r.kind_bytes()) {
     json e{{"raw_bytes", k.raw_bytes}};
     if (tokens > 0) {
@@ -221,9 +231,7 @@ int print_text(const TraceReader& r) {
               human_bytes(r.file_size()).c_str(), human_number(ratio).c_str());
   const double tokens = static_cast<double>(r.token_count());
   if (!r.kind_bytes().empty()) {
-    const double chunk_ratio =
-        sz.chunk_raw ? static_cast<double>(sz.chunk_stored) / static_cast<double>(sz.chunk_raw)
-                     : 1.0;
+    const double chunk_ratio = step_chunk_ratio(r, sz);
     std::printf(
         "bytes per token by record kind (raw; stored is estimated at the step chunks' ratio "
         "%sx):\n",

@@ -139,6 +139,11 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+// Mantissa bits kept of the row summaries (l2, max |x|) at the sites: 5 significant digits,
+// enough to say how far apart two rows are; the hashes that locate a split stay exact.
+// With it SmolLM2's default capture stores under 1 KB per token (bench/README.md).
+constexpr int kDefaultSummaryBits = 14;
+
 struct RecordOptions {
   std::string output;
   std::string requests;
@@ -147,6 +152,8 @@ struct RecordOptions {
   int32_t logits_top_k = 32;
   std::string reference;
   int zstd_level = 1;
+  int summary_bits = kDefaultSummaryBits;
+  bool plain_chunks = false;
   bool sync = false;
   bool quiet = false;
 };
@@ -203,7 +210,9 @@ trace::RunHeader make_header(const cli::EngineOptions& o, const RecordOptions& r
   nlohmann::json rec = {{"capture", ro.capture},
                         {"logits", ro.logits},
                         {"logits_top_k", ro.logits_top_k},
-                        {"zstd_level", ro.zstd_level}};
+                        {"zstd_level", ro.zstd_level},
+                        {"summary_bits", ro.plain_chunks ? 23 : ro.summary_bits},
+                        {"plain_chunks", ro.plain_chunks}};
   if (!ro.requests.empty()) rec["requests_file"] = ro.requests;
   if (!ro.reference.empty()) {
     rec["reference"] = ro.reference;
@@ -259,6 +268,12 @@ int run_record_command(int argc, char** argv) {
   app.add_option("--zstd-level", ro.zstd_level,
                  "trace compression: 0 none, 1 fastest (default; near-random fingerprint bytes "
                  "stored), 2-19 zstd on everything (2: ~10 % smaller)");
+  app.add_option("--summary-bits", ro.summary_bits,
+                 "mantissa bits kept of each site row's l2 and max |x| (0-23, default 14: ~5 "
+                 "significant digits; 23 = exact). Row hashes and the logits stay exact");
+  app.add_flag("--plain-chunks", ro.plain_chunks,
+               "write step chunks as format 1.2 did (no columns, exact summaries): readable by "
+               "llmrr builds before format 1.3, ~30 % larger");
   app.add_flag("--sync", ro.sync,
                "fsync the trace before exiting: a failing or full device that reports errors "
                "only at write-back (EIO, ENOSPC) then makes the trace lossy and the exit 2, "
@@ -291,7 +306,11 @@ int run_record_command(int argc, char** argv) {
   if (ro.zstd_level < 0 || ro.zstd_level > 19)
     return usage_error("--zstd-level must be in [0, 19]");
   rec_opts.top_k = ro.logits_top_k;
+  if (ro.summary_bits < 0 || ro.summary_bits > 23)
+    return usage_error("--summary-bits must be in [0, 23]");
   rec_opts.writer.zstd_level = ro.zstd_level;
+  rec_opts.writer.summary_bits = ro.plain_chunks ? 23 : ro.summary_bits;
+  rec_opts.writer.column_chunks = !ro.plain_chunks;
   rec_opts.writer.sync_on_close = ro.sync;
   rec_opts.warn_on_stop = false;  // reported below, with what happens to the trace
   const bool from_file = !ro.requests.empty();

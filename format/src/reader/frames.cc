@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "columns.h"
 #include "impl.h"
 
 namespace llmrr::trace {
@@ -174,8 +175,27 @@ Status TraceReader::Impl::decode_payload(const std::string& w, const FrameInfo& 
       return make_error(ErrorCode::kUnknownKind,
                         w + "codec: expected none or zstd for this frame kind, found "
                             "shuffle+zstd (blobs only)");
+    if (f.codec == Codec::kColumnZstd && f.kind != FrameKind::kStepChunk)
+      return make_error(ErrorCode::kUnknownKind,
+                        w + "codec: expected none or zstd for this frame kind, found "
+                            "columns+zstd (step chunks only)");
     raw->resize(f.raw_size);
-    return decode_body(w, f.codec, s, n, raw->data(), f.raw_size, io_, 1);
+    if (f.codec != Codec::kColumnZstd)
+      return decode_body(w, f.codec, s, n, raw->data(), f.raw_size, io_, 1);
+    // Format 1.3 (columns.h): the FlatBuffer, verified, gets its columns back. Moving them
+    // may break what was verified in a hostile file: open_chunk verifies the result again.
+    RETURN_IF_ERROR(decode_body(w, Codec::kZstd, s, n, raw->data(), f.raw_size, io_, 1));
+    size_t fb_size = 0;
+    std::string why;
+    if (!detail::column_fb_size(raw->data(), raw->size(), &fb_size, &why))
+      return make_error(ErrorCode::kCorruptPayload, w + why);
+    if (!verify_flatbuffer<fb::StepChunk>(raw->data(), fb_size))
+      return make_error(ErrorCode::kBadFlatbuffer,
+                        w + "expected a valid StepChunk FlatBuffer (" + std::to_string(fb_size) +
+                            " bytes before the columns), found one the Verifier rejects");
+    why = detail::join_columns(raw, fb_size);
+    if (!why.empty()) return make_error(ErrorCode::kCorruptPayload, w + why);
+    return Status::Ok();
   }
   if (n < 8)
     return make_error(ErrorCode::kCorruptPayload, w + "expected an 8-byte blob prefix, found " +

@@ -146,7 +146,7 @@ Status read_footer(TraceReader::Impl& r, uint64_t off) {
   f.stored_size = h.stored_size;
   if (!detail::known_codec(static_cast<uint8_t>(h.codec)))
     return make_error(ErrorCode::kUnknownKind, p + ": footer at offset " + std::to_string(off) +
-                                                   ": expected codec 0..2, found " +
+                                                   ": expected codec 0..3, found " +
                                                    std::to_string(static_cast<int>(h.codec)));
   detail::Buffer raw;
   const std::string w = p + ": footer (frame " + std::to_string(h.index) + ") at offset " +
@@ -247,7 +247,7 @@ Status validate_index(TraceReader::Impl& r, bool from_footer) {
                         w + "expected frame kind 1..5, found " + std::to_string(k));
     }
     if (!detail::known_codec(static_cast<uint8_t>(f.codec)))
-      return make_error(ErrorCode::kUnknownKind, w + "expected codec 0..2, found " +
+      return make_error(ErrorCode::kUnknownKind, w + "expected codec 0..3, found " +
                                                      std::to_string(static_cast<int>(f.codec)));
     if (f.kind == FrameKind::kFooter)
       return make_error(ErrorCode::kBadFooter,

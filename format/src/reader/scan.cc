@@ -93,7 +93,7 @@ Status scan_frames(TraceReader::Impl& r) {
                                                      std::to_string(static_cast<int>(h.kind)));
     }
     if (!detail::known_codec(static_cast<uint8_t>(h.codec)))
-      return make_error(ErrorCode::kUnknownKind, w + "expected codec 0..2, found " +
+      return make_error(ErrorCode::kUnknownKind, w + "expected codec 0..3, found " +
                                                      std::to_string(static_cast<int>(h.codec)));
     r.frames.push_back(f);
     // Step chunks and blobs: the index needs their step range / blob id.

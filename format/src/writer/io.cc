@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "codec.h"
+#include "columns.h"
 #include "convert.h"
 #include "llmrr/format/container.h"
 #include "impl.h"
@@ -299,40 +300,50 @@ Status TraceWriter::Impl::encode(const Job& job, uint32_t index, detail::ZstdCom
   }
   Codec codec = Codec::kNone;
   const size_t body_at = frame->size();
+  size_t body_raw = job.raw.size();  // bytes the stored body decodes to
   if (opt_.zstd_level > 0 && !job.raw.empty()) {
     const uint8_t* src = job.raw.data();
     codec = Codec::kZstd;
+    const std::vector<detail::NoisySpan>* noisy = &job.noisy;
+    std::vector<detail::NoisySpan> planes;
     if (job.kind == FrameKind::kTensorBlob && opt_.shuffle_blobs && job.elem_size > 1) {
       scratch->resize(job.raw.size());
       detail::shuffle_bytes(job.raw.data(), scratch->data(), job.raw.size(), job.elem_size);
       src = scratch->data();
       codec = Codec::kShuffleZstd;
+    } else if (job.kind == FrameKind::kStepChunk && opt_.column_chunks &&
+               detail::split_columns(job.raw.data(), job.raw.size(), scratch, &planes,
+                                     opt_.summary_bits)) {
+      // Fingerprints and top-K logits as byte-plane columns (format 1.3, columns.h): the
+      // hashes and the random low planes are the noisy spans, the rest compresses.
+      src = scratch->data();
+      body_raw = scratch->size();
+      codec = Codec::kColumnZstd;
+      noisy = &planes;
     }
     // At level 1, near-random bytes (fingerprint hashes, low mantissa planes) go
     // into stored zstd frames: compressing them took most of the writer's time for a few
     // percent of size. The payload is still plain concatenated zstd frames.
-    const std::vector<detail::NoisySpan>* noisy = &job.noisy;
-    std::vector<detail::NoisySpan> planes;
     if (codec == Codec::kShuffleZstd && opt_.zstd_level <= detail::kMaxSpanLevel) {
       planes = detail::noisy_planes(src, job.raw.size() / job.elem_size, job.elem_size);
       noisy = &planes;
     }
     std::string err;
-    const bool ok =
-        opt_.zstd_level <= detail::kMaxSpanLevel && !noisy->empty()
-            ? zstd.compress_spans(src, job.raw.size(), opt_.zstd_level, *noisy, frame, &err)
-            : zstd.compress(src, job.raw.size(), opt_.zstd_level, frame, &err);
+    const bool ok = opt_.zstd_level <= detail::kMaxSpanLevel && !noisy->empty()
+                        ? zstd.compress_spans(src, body_raw, opt_.zstd_level, *noisy, frame, &err)
+                        : zstd.compress(src, body_raw, opt_.zstd_level, frame, &err);
     if (!ok) return internal_error(path_, err.c_str());
     if (frame->size() - body_at >= job.raw.size()) {  // incompressible: store as is
       frame->resize(body_at);
       codec = Codec::kNone;
+      body_raw = job.raw.size();
     }
   }
   if (codec == Codec::kNone) frame->insert(frame->end(), job.raw.begin(), job.raw.end());
   detail::FrameHeader h;
   h.kind = job.kind;
   h.codec = codec;
-  const size_t raw = prefix + job.raw.size();
+  const size_t raw = prefix + body_raw;
   const size_t stored = frame->size() - kFrameHeaderBytes;
   if (raw > kMaxFrameRawBytes || stored > kMaxFrameStoredBytes)
     return internal_error(path_, "frame over the 16 MiB limit");

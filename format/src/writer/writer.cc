@@ -240,6 +240,10 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path,
     if (options.zstd_level < 0 || options.zstd_level > 22)
       return make_error(ErrorCode::kInvalidArgument, path + ": zstd_level: expected 0..22, found " +
                                                          std::to_string(options.zstd_level));
+    if (options.summary_bits < 0 || options.summary_bits > 23)
+      return make_error(ErrorCode::kInvalidArgument,
+                        path + ": summary_bits: expected 0..23, found " +
+                            std::to_string(options.summary_bits));
     if (options.max_steps_per_chunk < 1) options.max_steps_per_chunk = 1;
     if (options.chunk_target_bytes > kMaxFrameRawBytes / 2)
       options.chunk_target_bytes = kMaxFrameRawBytes / 2;

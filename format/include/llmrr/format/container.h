@@ -34,7 +34,9 @@ inline constexpr uint16_t kFormatMajor = 1;
 // as the plan) and the run header's device its runtime and cuBLASLt versions.
 // 1.2: EngineConfig gained fingerprint, the kind of the SiteRows hashes ("mixsum64" from
 // llmrr.torch / llmrr.vllm, computed on the tensor's device).
-inline constexpr uint16_t kFormatMinor = 2;
+// 1.3: codec kColumnZstd for step chunks: fingerprints and top-K logits moved into byte-plane
+// columns after the FlatBuffer (format/src/columns.h); the FlatBuffer schema is unchanged.
+inline constexpr uint16_t kFormatMinor = 3;
 
 inline constexpr unsigned char kFileMagic[8] = {0x89, 'L', 'L', 'M', 'R', 'R', '\r', '\n'};
 inline constexpr unsigned char kFrameMagic[4] = {'L', 'R', 'F', 'M'};
@@ -62,6 +64,8 @@ enum class Codec : uint8_t {
   kNone = 0,         // payload stored as is
   kZstd = 1,         // zstd: one or more concatenated zstd frames, decoding to the raw bytes
   kShuffleZstd = 2,  // tensor blobs only: byte-plane shuffle by element size, then zstd
+  kColumnZstd = 3,   // step chunks only (format 1.3): zstd of the FlatBuffer with its
+                     // fingerprints and top-K logits moved into columns (columns.h)
 };
 
 // "run header", "step chunk", "tensor blob", "kernel records", "footer", or "kind 7".

@@ -36,6 +36,15 @@ struct WriterOptions {
   size_t chunk_target_bytes = 1u << 20;    // close a step chunk once it reaches this
   int max_steps_per_chunk = 1024;          // ... or holds this many steps
   bool shuffle_blobs = true;               // byte-plane shuffle tensor blobs
+  // Column-code step chunks (codec kColumnZstd, format 1.3): fingerprints and top-K logits
+  // as byte-plane columns. false writes them as format 1.2 did (plain zstd), which every
+  // reader since 1.0 reads; kept for benchmarks and compatibility tests.
+  bool column_chunks = true;
+  // Mantissa bits kept of the l2 and max_abs of SiteRows fingerprints in column-coded chunks
+  // (rounded to nearest; 23 = exact, the default). The hashes, which locate a split, and the
+  // logits' fingerprints stay exact; the summaries only say how far apart two rows are, and
+  // their random low bits are most of their bytes. `llmrr record --summary-bits` sets it.
+  int summary_bits = 23;
   // fsync before close() returns: errors a device reports only at write-back (EIO from a
   // failing disk, ENOSPC on thin-provisioned or network storage) then reach close()'s
   // status, and the footer is rewritten to say lossy.
