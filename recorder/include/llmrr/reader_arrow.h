@@ -20,7 +20,10 @@
  *                                    gives the same pointer): no copy
  *   str columns (label, kernel name)  utf8 ("u")
  *   plans, fingerprints: + site_name  dictionary-encoded utf8 (int32 indices into the table's
- *                                    distinct site names, sorted by packed site)
+ *                                    distinct site names, in forward order: embed, L0.*, ...,
+ *                                    final_norm, logits)
+ *                      + site_order  u64: the site's forward-order key, comparable across
+ *                                    traces (ORDER BY site_order is the forward pass)
  *   requests: + prompt               large_list<int32> ("+L"); the values buffer is the
  *                                    table's prompt tokens, requests.prompt_offset / prompt_len
  *   logits: + top_ids, top_values    fixed_size_list<int32 | float32>[K] ("+w:K"), K the

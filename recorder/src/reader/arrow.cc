@@ -105,42 +105,55 @@ Node utf8_from_nul(TableData& d, const std::string& name, const Column& c) {
   return n;
 }
 
-std::string site_name_of(uint64_t packed) {
+// (name, forward key) of a packed site; ("", max) for one llmrr does not know.
+std::pair<std::string, uint64_t> site_of(uint64_t packed) {
   try {
     const llmrr::SiteId site = llmrr::SiteId::unpack(packed);
-    return site.packed() == packed ? llmrr::site_name(site) : std::string();
+    if (site.packed() == packed) return {llmrr::site_name(site), site.forward_key()};
   } catch (...) {
-    return std::string();
   }
+  return {std::string(), std::numeric_limits<uint64_t>::max()};
 }
 
-// site_name: dictionary<int32, large_utf8> of the column's distinct sites, sorted by packed
-// value; the indices are one pass over the rows.
-Node site_dictionary(TableData& d, const Column& site) {
+// site_name: dictionary<int32, large_utf8> of the column's distinct sites in forward order
+// (embed, L0.*, L1.*, ..., final_norm, logits), so a categorical sorts as the forward pass
+// runs; site_order: the site's forward key (u64, comparable across traces), for SQL's
+// ORDER BY. One pass over the rows for both.
+void site_columns(TableData& d, const Column& site) {
   const uint64_t* v = as<uint64_t>(site);
-  std::map<uint64_t, int32_t> index;
-  for (int64_t i = 0; i < site.count; ++i) index.emplace(v[i], 0);
-  Column names{"site_name", "str", {}, 0};
-  int32_t k = 0;
+  std::map<uint64_t, std::pair<int32_t, uint64_t>> index;  // packed -> (index, forward key)
+  for (int64_t i = 0; i < site.count; ++i) index.emplace(v[i], std::pair<int32_t, uint64_t>{});
+  std::vector<std::pair<uint64_t, uint64_t>> by_key;  // (forward key, packed)
   for (auto& [packed, at] : index) {
-    at = k++;
-    names.push_str(site_name_of(packed));
+    auto [name, key] = site_of(packed);
+    at.second = key;
+    by_key.emplace_back(key, packed);
+  }
+  std::sort(by_key.begin(), by_key.end());
+  Column dict{"site_name", "str", {}, 0};
+  for (size_t k = 0; k < by_key.size(); ++k) {
+    index[by_key[k].second].first = static_cast<int32_t>(k);
+    dict.push_str(site_of(by_key[k].second).first);
   }
   std::vector<uint8_t>& idx = d.own(sizeof(int32_t) * static_cast<size_t>(site.count));
+  std::vector<uint8_t>& order = d.own(sizeof(uint64_t) * static_cast<size_t>(site.count));
   int32_t* out = reinterpret_cast<int32_t*>(idx.data());
+  uint64_t* out_key = reinterpret_cast<uint64_t*>(order.data());
   // Runs of one site are the common case (a step's rows of one site are contiguous).
   uint64_t last = 0;
-  int32_t last_at = -1;
+  const std::pair<int32_t, uint64_t>* last_at = nullptr;
   for (int64_t i = 0; i < site.count; ++i) {
-    if (last_at < 0 || v[i] != last) {
+    if (last_at == nullptr || v[i] != last) {
       last = v[i];
-      last_at = index.find(v[i])->second;
+      last_at = &index.find(v[i])->second;
     }
-    out[i] = last_at;
+    out[i] = last_at->first;
+    out_key[i] = last_at->second;
   }
   Node n = primitive("site_name", "i", site.count, data_of(idx));
-  n.dictionary = std::make_shared<Node>(utf8_from_nul(d, "", names));
-  return n;
+  n.dictionary = std::make_shared<Node>(utf8_from_nul(d, "", dict));
+  d.root.children.push_back(std::move(n));
+  d.root.children.push_back(primitive("site_order", "L", site.count, data_of(order)));
 }
 
 // prompt: large_list<int32> over prompt_tokens.token, offsets from prompt_len.
@@ -209,8 +222,7 @@ void build_tree(TableData& d) {
     } else {
       d.root.children.push_back(primitive(c.name, format_of(c.type), c.count, data_of(c.bytes)));
     }
-    if (c.name == "site" && (d.name == "plans" || d.name == "fingerprints"))
-      d.root.children.push_back(site_dictionary(d, c));
+    if (c.name == "site" && (d.name == "plans" || d.name == "fingerprints")) site_columns(d, c);
   }
   if (d.name == "requests") {
     d.root.children.push_back(prompt_list(d, *d.table.find("prompt_len"), d.aux.columns[1]));
