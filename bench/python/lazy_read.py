@@ -1,6 +1,7 @@
 """Lazy reads: opening a large trace and reading one table over a step range, against reading
 that table whole and against reading every table at open (what llmrr.open did before the
-reader went lazy: llmrr_reader_open, the eager C path). Each measurement is a fresh process
+reader went lazy: llmrr_reader_open, the eager C path), and against opening alone (the
+interpreter, numpy and the index: the floor under every row). Each measurement is a fresh process
 (so its peak RSS is its own), the modes interleaved, medians of --runs.
 
     build/venv/bin/python bench/python/lazy_read.py [--trace T] [--mb 100] [--runs 5]
@@ -34,6 +35,9 @@ if mode == "eager":          # every table at open: the reader's old llmrr.open 
     assert L.llmrr_reader_open(path.encode(), ctypes.byref(h)) == 0
     rows = L.llmrr_reader_rows(h, b"fingerprints")
     L.llmrr_reader_close(h)
+elif mode == "open":         # header and frame index only
+    t = llmrr.open(path)
+    rows = 0
 else:
     t = llmrr.open(path)
     fp = t.table("fingerprints", steps=(first, stop)) if mode == "range" else t.fingerprints
@@ -83,7 +87,7 @@ def main():
         print("trace %s: %.1f MB, %d steps, %d tokens; range [%d, %d)" %
               (path if args.trace else "(tiny-moe, capture all)", size / 1e6, steps,
                t.header["token_count"], first, stop), file=sys.stderr)
-        modes = ["range", "table", "eager"]
+        modes = ["range", "open", "table", "eager"]
         got = {m: [] for m in modes}
         for _ in range(args.runs):
             for m in modes:
@@ -93,7 +97,8 @@ def main():
         base = {k: statistics.median(r[k] for r in got["range"]) for k in ("s", "rss_mb")}
         print("| read | rows | time (median) | × range | peak RSS | × range |")
         print("|---|---|---|---|---|---|")
-        labels = {"range": "fingerprints, steps [%d, %d) (`t.table(..., steps=)`)" % (first, stop),
+        labels = {"open": "open only: header and frame index (`llmrr.open`)",
+                  "range": "fingerprints, steps [%d, %d) (`t.table(..., steps=)`)" % (first, stop),
                   "table": "fingerprints, all steps (`t.fingerprints`)",
                   "eager": "every table at open (`llmrr_reader_open`, the old `llmrr.open`)"}
         for m in modes:
