@@ -159,14 +159,31 @@ def _strings(owner: _Export, arr: ArrowArray, n: int) -> np.ndarray:
     return out
 
 
-def numpy_columns(handle: Any) -> dict[str, np.ndarray]:
+class Dictionary:
+    """A dictionary-encoded string column before decoding: int32 `indices` into `names`.
+    Decoded (names[indices], no loop over rows) when the column is first used."""
+
+    def __init__(self, indices: np.ndarray, names: np.ndarray) -> None:
+        self.indices = indices
+        self.names = names
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def decode(self) -> np.ndarray:
+        if not len(self.names):
+            return np.empty(len(self.indices), dtype=object)
+        return self.names[self.indices]
+
+
+def numpy_columns(handle: Any) -> dict[str, Any]:
     """The table's exported fields as numpy arrays: primitive columns as views of the
-    library's buffers; dictionary strings (site_name) as an object array gathered from the
-    distinct names by index (no loop over rows); fixed-size lists as (n, K) views; the
-    prompt list as an object array of views, one per request."""
+    library's buffers; dictionary strings (site_name) as a Dictionary (decoded at first use);
+    fixed-size lists as (n, K) views; the prompt list as an object array of views, one per
+    request."""
     ex = _Export(handle)
     root = ex.array
-    cols: dict[str, np.ndarray] = {}
+    cols: dict[str, Any] = {}
     for i in range(root.n_children):
         sch = ex.schema.children[i].contents
         arr = root.children[i].contents
@@ -177,7 +194,7 @@ def numpy_columns(handle: Any) -> dict[str, np.ndarray]:
             idx = _view(ex, arr.buffers[1], np.int32, n)
             d = arr.dictionary.contents
             names = _strings(ex, d, d.length)
-            cols[name] = names[idx] if len(names) else np.empty(n, dtype=object)
+            cols[name] = Dictionary(idx, names)
         elif fmt in _NUMPY:
             cols[name] = _view(ex, arr.buffers[1], _NUMPY[fmt], n)
         elif fmt == b"U":

@@ -58,22 +58,28 @@ class Table:
     (`__arrow_c_stream__`); its numpy columns are views of the same buffers (read-only).
     `where()` gives a new table of numpy copies."""
 
-    def __init__(self, name: str, columns: dict[str, np.ndarray] | None = None,
+    def __init__(self, name: str, columns: dict[str, Any] | None = None,
                  handle: _Handle | None = None) -> None:
         self.name = name
         self._handle = handle
         self._c = columns
 
     @property
-    def _cols(self) -> dict[str, np.ndarray]:
+    def _cols(self) -> dict[str, Any]:
         if self._c is None:
             assert self._handle is not None
             self._c = arrow.numpy_columns(self._handle.h)
         return self._c
 
+    def _column(self, column: str) -> np.ndarray:
+        v = self._cols[column]
+        if isinstance(v, arrow.Dictionary):
+            v = self._cols[column] = v.decode()
+        return v
+
     def __getitem__(self, column: str) -> np.ndarray:
         try:
-            return self._cols[column]
+            return self._column(column)
         except KeyError:
             raise KeyError("table %r has no column %r (columns: %s)" %
                            (self.name, column, ", ".join(self._cols))) from None
@@ -82,7 +88,7 @@ class Table:
         if column.startswith("_"):
             raise AttributeError(column)
         try:
-            return self._cols[column]
+            return self._column(column)
         except KeyError:
             raise AttributeError("table %r has no column %r" % (self.name, column)) from None
 
@@ -104,7 +110,9 @@ class Table:
             if column == "site" and isinstance(value, str):
                 value = _lib.site_pack(value)
             mask &= self[column] == value
-        return Table(self.name, {k: v[mask] for k, v in self._cols.items()})
+        return Table(self.name, {k: arrow.Dictionary(v.indices[mask], v.names)
+                                 if isinstance(v, arrow.Dictionary) else v[mask]
+                                 for k, v in self._cols.items()})
 
     def __arrow_c_stream__(self, requested_schema: object = None) -> object:
         """The Arrow PyCapsule protocol: a capsule "arrow_array_stream" over the library's
@@ -112,8 +120,10 @@ class Table:
         if self._handle is not None:
             return arrow.stream_capsule(self._handle.h)
         import pyarrow as pa
-        cols = {k: (list(v) if v.ndim > 1 or v.dtype == object else v)
-                for k, v in self._cols.items()}
+        cols = {}
+        for k in self._cols:
+            v = self._column(k)
+            cols[k] = list(v) if v.ndim > 1 or v.dtype == object else v
         return pa.table(cols).__arrow_c_stream__(requested_schema)
 
     def to_arrow(self) -> Any:

@@ -175,7 +175,12 @@ Node prompt_list(TableData& d, const Column& prompt_len, const Column& tokens) {
 }
 
 // top_ids / top_values: fixed_size_list[K] of logits_topk (logit, rank, id, value).
-void top_k_lists(TableData& d, int64_t rows, const Table& topk) {
+// A trace whose rows carry top-K lists of very different lengths would pad to the longest:
+// refused past this many cells beyond the entries themselves (a hostile trace must not make
+// a 1-entry row × 100,000 rows × a 1M-entry row into 10^11 cells).
+constexpr int64_t kMaxTopKPadding = int64_t{1} << 24;
+
+Status top_k_lists(TableData& d, int64_t rows, const Table& topk) {
   const int64_t n = topk.rows;
   const int64_t* logit = as<int64_t>(topk.columns[0]);
   const int32_t* rank = as<int32_t>(topk.columns[1]);
@@ -183,6 +188,13 @@ void top_k_lists(TableData& d, int64_t rows, const Table& topk) {
   const float* value = as<float>(topk.columns[3]);
   int64_t k = 0;
   for (int64_t i = 0; i < n; ++i) k = std::max<int64_t>(k, int64_t{rank[i]} + 1);
+  if (k > 0 && rows > (topk.rows + kMaxTopKPadding) / k) {
+    return Status(ErrorCode::kResourceLimit,
+                  "logits: top-K lists of up to " + std::to_string(k) + " entries over " +
+                      std::to_string(rows) + " rows would pad " + std::to_string(topk.rows) +
+                      " entries past " + std::to_string(kMaxTopKPadding) +
+                      " cells; expected rows of similar K (read the logits_topk table instead)");
+  }
   const size_t cells = static_cast<size_t>(rows * k);
   std::vector<uint8_t>& ids = d.own(cells * sizeof(int32_t));
   std::vector<uint8_t>& vals = d.own(cells * sizeof(float));
@@ -205,6 +217,7 @@ void top_k_lists(TableData& d, int64_t rows, const Table& topk) {
                                     which == 0 ? data_of(ids) : data_of(vals)));
     d.root.children.push_back(std::move(n2));
   }
+  return Status::Ok();
 }
 
 std::string field_format(const Node& n) {
@@ -213,7 +226,7 @@ std::string field_format(const Node& n) {
   return n.format;
 }
 
-void build_tree(TableData& d) {
+Status build_tree(TableData& d) {
   d.root = Node("+s", "", d.table.rows);
   d.root.buffers = {nullptr};
   for (const Column& c : d.table.columns) {
@@ -227,12 +240,13 @@ void build_tree(TableData& d) {
   if (d.name == "requests") {
     d.root.children.push_back(prompt_list(d, *d.table.find("prompt_len"), d.aux.columns[1]));
   } else if (d.name == "logits") {
-    top_k_lists(d, d.table.rows, d.aux);
+    if (Status st = top_k_lists(d, d.table.rows, d.aux); !st.ok()) return st;
   }
   for (const Node& c : d.root.children) {
     if (!d.fields.empty()) d.fields += ' ';
     d.fields += c.name + ":" + field_format(c);
   }
+  return Status::Ok();
 }
 
 // ---- export ----------------------------------------------------------------------------
@@ -443,7 +457,7 @@ int llmrr_reader_read_table(llmrr_reader* reader, const char* table, int64_t fir
       if (d->name == "requests") d->aux = std::move(set->tables.at("prompt_tokens"));
       if (d->name == "logits") d->aux = std::move(set->tables.at("logits_topk"));
     }
-    build_tree(*d);
+    if (Status st = build_tree(*d); !st.ok()) return llmrr::cread::fail_call(st);
     *out = new llmrr_reader_table{std::move(d)};
     return LLMRR_OK;
   });
