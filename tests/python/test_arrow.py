@@ -169,6 +169,14 @@ class ArrowTest(unittest.TestCase):
         _, err = llmrr_cli("export", self.b, "--parquet", self.b, ok=(2,))
         with open(self.b, "rb") as f:
             self.assertEqual(f.read(), before)
+        # A damaged trace: exit 2 with the reader's message, and nothing written.
+        bad = os.path.join(os.environ["LLMRR_GOLDEN_ERRORS"], "corrupt_zstd.trace")
+        p = subprocess.run([os.environ["LLMRR_BIN"], "export", bad, "--parquet", "bad-out"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("corrupt_zstd.trace: frame 1 (step chunk)", p.stderr)
+        self.assertFalse(os.path.exists("bad-out"))
+        self.assertEqual([n for n in os.listdir(".") if "llmrr-" in n], [])
 
     def test_parquet_without_pyarrow_says_what_to_run(self):
         env = dict(os.environ, LLMRR_PYTHON=sys.executable, PYTHONPATH="/nonexistent-llmrr",
