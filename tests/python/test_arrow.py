@@ -40,8 +40,6 @@ class ArrowTest(unittest.TestCase):
     def setUpClass(cls):
         cls.a = record("a.trace")
         cls.b = record("b.trace", "--load", "7", "--capture", "all")
-        # The same trace read eagerly (numpy copies through the old ABI path is gone; the
-        # reference here is `llmrr dump --json`, via test_reader; here: the table itself).
         cls.t = llmrr.open(cls.b)
 
     def test_pyarrow_is_zero_copy(self):
@@ -127,8 +125,7 @@ class ArrowTest(unittest.TestCase):
         self.assertIn("unknown table 'nonsense'", str(cm.exception))
 
     def test_tables_are_lazy(self):
-        # A damaged step chunk is only found when a table that needs it is read: the header
-        # and index open without reading a step.
+        # Opening reads the header and index; a table is read at its first use, alone.
         t = llmrr.open(self.b)
         self.assertEqual(t._tables, {})
         self.assertEqual(len(t.tokens), t.header["token_count"])
