@@ -3,6 +3,7 @@
 // step and table.
 #include "reader/tables.h"
 
+#include <limits>
 #include <unordered_map>
 
 #include "llmrr/format/records.h"
@@ -266,7 +267,9 @@ Result<TableSet> read_tables(const trace::TraceReader& r, int64_t first, int64_t
     if (want_fp) {
       for (const trace::SiteRows& sr : s.rows)
         for (size_t i = 0; i < sr.rows.size(); ++i) {
-          const int32_t row = sr.batch_rows.empty() ? static_cast<int32_t>(i) : sr.batch_rows[i];
+          const int32_t row = sr.batch_rows.empty()      ? static_cast<int32_t>(i)
+                              : i < sr.batch_rows.size() ? sr.batch_rows[i]
+                                                         : int32_t{-1};
           fp[0].push(s.step);
           fp[1].push(sr.site);
           fp[2].push(row);
@@ -290,10 +293,12 @@ Result<TableSet> read_tables(const trace::TraceReader& r, int64_t first, int64_t
             rt[3].push(map.req(row));
             rt[4].push(map.pos(row));
             rt[5].push(k);
-            rt[6].push(ro.chosen[i]);
-            rt[7].push(ro.experts[i]);
-            rt[8].push(ro.gates[i]);
-            rt[9].push(static_cast<uint8_t>(ro.outcome[i]));
+            // The arrays are rows × k in a well-formed trace; one that is short (a hostile
+            // or damaged record the reader passed) reads as missing, never past its end.
+            rt[6].push(i < ro.chosen.size() ? ro.chosen[i] : int32_t{-1});
+            rt[7].push(i < ro.experts.size() ? ro.experts[i] : int32_t{-1});
+            rt[8].push(i < ro.gates.size() ? ro.gates[i] : std::numeric_limits<float>::quiet_NaN());
+            rt[9].push(i < ro.outcome.size() ? static_cast<uint8_t>(ro.outcome[i]) : uint8_t{255});
             rt[10].push(ro.experts_total);
             rt[11].push(ro.capacity);
             ++rt.rows;
@@ -317,7 +322,8 @@ Result<TableSet> read_tables(const trace::TraceReader& r, int64_t first, int64_t
           topk[0].push(logit_index);
           topk[1].push(static_cast<int32_t>(k));
           topk[2].push(l.top_ids[k]);
-          topk[3].push(l.top_values[k]);
+          topk[3].push(k < l.top_values.size() ? l.top_values[k]
+                                               : std::numeric_limits<float>::quiet_NaN());
           ++topk.rows;
         }
         ++logit_index;
