@@ -1,18 +1,18 @@
-// The reader C ABI (llmrr/reader.h): a trace's step records flattened into column tables,
-// so a language binding gets arrays (numpy) with one copy and no FlatBuffers of its own.
-// Decoding stays in TraceReader: one implementation of checksums, plan dedup and recovery.
+// The reader C ABI (llmrr/reader.h): a trace's step records flattened into column tables
+// (reader/tables.cc builds them; reader/arrow.cc exports one over a step range as Arrow C
+// Data Interface structs, llmrr/reader_arrow.h), so a language binding gets arrays with no
+// FlatBuffers of its own. Decoding stays in TraceReader: one implementation of checksums,
+// plan dedup and recovery.
 #include "llmrr/reader.h"
 #include "llmrr/reader_arrow.h"
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <memory>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
