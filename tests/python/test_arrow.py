@@ -205,8 +205,8 @@ class ReadmeExamplesTest(unittest.TestCase):
             exec(compile(block, "python/README.md", "exec"), scope)
         # The DuckDB split is the one `llmrr diff` reports.
         _, out = llmrr_cli("diff", "a.trace", "b.trace", ok=(1,))
-        m = re.search(r"First difference at step (\d+), position (\d+) \(token \d+\), (\S+):",
-                      out)
+        m = re.search(r"First difference at step (\d+), (?:prompt )?position (\d+)"
+                      r"(?: \(token \d+\))?, (\S+):", out)
         self.assertIsNotNone(m, out)
         split = scope["split"]
         self.assertEqual(len(split), 1)
@@ -230,6 +230,7 @@ class ReadmeExamplesTest(unittest.TestCase):
         want = sorted(k for k in ka.keys() & kb.keys() if ka[k] != kb[k])
         changes = scope["changes"]
         got = sorted(zip(changes.position, changes.layer, changes["rank"]))
+        self.assertGreater(len(want), 0)  # capacity under load reroutes some of its tokens
         self.assertEqual(got, want)
 
 
