@@ -12,6 +12,7 @@ TABLES = ("requests", "prompt_tokens", "steps", "segments", "plans", "fingerprin
 
 
 def write(trace_path: str, out_dir: str) -> list[str]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from .reader import Trace
@@ -22,7 +23,6 @@ def write(trace_path: str, out_dir: str) -> list[str]:
             # O_EXCL | O_NOFOLLOW: a file or link planted in the directory is never written.
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "wb") as f:
-                import pyarrow as pa
                 pq.write_table(pa.table(t.table(name)), f)
             written.append(path)
     return written
