@@ -47,6 +47,7 @@ ArrowArray._fields_ = [
     ("private_data", ctypes.c_void_p)]
 
 _declared = False
+_stream_free: Any = None  # llmrr_reader_stream_free, bound once (the capsule destructor's)
 
 
 def lib() -> Any:
@@ -72,6 +73,8 @@ def lib() -> Any:
             fn = getattr(L, name)
             fn.restype = res
             fn.argtypes = args
+        global _stream_free
+        _stream_free = L.llmrr_reader_stream_free
         _declared = True
     return L
 
@@ -97,9 +100,12 @@ _capi.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 # object being destroyed.
 @ctypes.PYFUNCTYPE(None, ctypes.c_void_p)
 def _free_stream_capsule(capsule: int) -> None:
-    p = _capi.PyCapsule_GetPointer(capsule, _STREAM)
-    if p:
-        lib().llmrr_reader_stream_free(p)
+    try:
+        p = _capi.PyCapsule_GetPointer(capsule, _STREAM)
+        if p:
+            _stream_free(p)
+    except Exception:  # noqa: BLE001 - a destructor must not raise (interpreter shutdown)
+        pass
 
 
 def stream_capsule(table_handle: Any) -> object:

@@ -65,6 +65,13 @@ class ArrowTest(unittest.TestCase):
         self.assertEqual(cats, sorted(first, key=first.get))
         self.assertEqual(cats[0], "embed")
         self.assertEqual(cats[-1], "logits")
+        # The protocol's capsule, named as the spec says; one no consumer takes is released.
+        import ctypes
+        cap = fp.__arrow_c_stream__()
+        is_valid = ctypes.pythonapi.PyCapsule_IsValid
+        is_valid.restype, is_valid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+        self.assertEqual(is_valid(cap, b"arrow_array_stream"), 1)
+        del cap
         # The export outlives the Trace and the Table it came from.
         del fp
         self.assertEqual(tbl.column("site_name").to_pylist(), names)
