@@ -99,6 +99,9 @@ class ArrowTest(unittest.TestCase):
         self.assertEqual(df.height, len(fp))
         self.assertEqual(df["hash"].to_numpy().tolist(), fp.hash.tolist())
         self.assertEqual(pl.from_arrow(pa.table(fp))["l2"].to_list(), fp.l2.tolist())
+        # polars.from_arrow gives any Arrow stream as one struct Series; unnested, the table.
+        self.assertTrue(pl.from_arrow(fp).struct.unnest().equals(df))
+        self.assertTrue(fp.to_polars().equals(df))
         pdf = fp.to_pandas()
         self.assertEqual(len(pdf), len(fp))
         self.assertEqual(str(pdf.site_name.dtype), "category")
