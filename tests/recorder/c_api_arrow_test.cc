@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -231,6 +233,48 @@ TEST(CApiArrow, StepRangeHoldsExactlyThoseSteps) {
   const uint64_t* got = static_cast<const uint64_t*>(data);
   EXPECT_EQ(std::vector<uint64_t>(got, got + n), arriving);
   llmrr_reader_table_free(t);
+}
+
+// A step range reads only the chunks whose index range overlaps it: with the last step chunk
+// damaged, a range before it reads, the whole table names the damaged frame.
+TEST(CApiArrow, StepRangeTouchesOnlyItsChunks) {
+  const std::string path = temp_path("damaged_tail.trace");
+  std::vector<uint8_t> bytes;
+  {
+    std::FILE* f = std::fopen(moe_trace().c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    int c;
+    while ((c = std::fgetc(f)) != EOF) bytes.push_back(static_cast<uint8_t>(c));
+    std::fclose(f);
+  }
+  std::unique_ptr<trace::TraceReader> tr = open_reader(moe_trace());
+  std::vector<trace::FrameInfo> chunks;
+  for (const trace::FrameInfo& fi : tr->frames())
+    if (fi.kind == trace::FrameKind::kStepChunk) chunks.push_back(fi);
+  ASSERT_GE(chunks.size(), 3u);
+  const trace::FrameInfo last = chunks.back();
+  bytes[last.offset + trace::kFrameHeaderBytes + last.stored_size / 2] ^= 0x5a;
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    std::fclose(f);
+  }
+  llmrr_reader* r = nullptr;
+  ASSERT_EQ(llmrr_reader_open_lazy(path.c_str(), &r), LLMRR_OK) << llmrr_reader_last_error();
+  llmrr_reader_table* t = nullptr;
+  ASSERT_EQ(llmrr_reader_read_table(r, "fingerprints", chunks[0].first, chunks[1].last, &t),
+            LLMRR_OK)
+      << llmrr_reader_last_error();
+  EXPECT_GT(llmrr_reader_table_rows(t), 0);
+  llmrr_reader_table_free(t);
+  t = nullptr;
+  EXPECT_NE(llmrr_reader_read_table(r, "fingerprints", kAll0, kAll1, &t), LLMRR_OK);
+  EXPECT_EQ(t, nullptr);
+  EXPECT_NE(std::string(llmrr_reader_last_error()).find("at offset " + std::to_string(last.offset)),
+            std::string::npos)
+      << llmrr_reader_last_error();
+  llmrr_reader_close(r);
 }
 
 TEST(CApiArrow, ExportsOutliveTableAndReaderAndStreamEnds) {
