@@ -9,6 +9,10 @@ a trace without footer (a crashed writer) is recovered the same way.
     t.fingerprints.where(site="L1.out")  # rows of one site, with request / position per row
     t.logits["top_ids"]                  # (n, K) int32, -1 where a row has fewer than K
     t.routing["expert"]                  # one row per (step, layer, batch row, rank)
+    t.table("fingerprints", steps=(100, 200))   # steps 100..199 only, from their chunks
+    pyarrow.table(t.fingerprints); t.fingerprints.to_pandas()   # Arrow, no copy (arrow.py)
+
+Opening reads the header and the frame index; a table is read at its first use.
 """
 from __future__ import annotations
 
@@ -19,28 +23,63 @@ from typing import Any
 
 import numpy as np
 
-from . import _json, _lib
+from . import _json, _lib, arrow
 
 # safeio's message for JSON past its nesting cap: "... nested deeper than 64 levels at byte 65".
 _NESTED = re.compile(r"nested deeper than (\d+) levels at byte (\d+)")
 
-_NP = {"i32": np.int32, "i64": np.int64, "u64": np.uint64, "f32": np.float32,
-       "f64": np.float64, "u8": np.uint8}
+# The tables Trace.tables() lists; prompt_tokens and logits_topk (what requests.prompt and
+# logits.top_ids / top_values are made of) are read with Trace.table(name).
+_TABLES = ("requests", "steps", "segments", "plans", "fingerprints", "routing", "logits",
+           "tokens", "finishes", "kernels")
+_ALL_STEPS = (-(1 << 63), (1 << 63) - 1)
 
-# Columns that hold packed sites get a decoded twin "<column>_name".
-_SITE_COLUMNS = {("plans", "site"), ("fingerprints", "site")}
+
+class _Handle:
+    """A table of the library (llmrr_reader_table); freed with the last Python reference.
+    Exports (numpy views, Arrow streams) hold references of their own in the library."""
+
+    def __init__(self, reader: Any, table: str, first: int, last: int) -> None:
+        L = arrow.lib()
+        self.h = ctypes.c_void_p()
+        arrow.check(L.llmrr_reader_read_table(reader, table.encode(), first, last,
+                                               ctypes.byref(self.h)))
+
+    def __del__(self) -> None:
+        if self.h:
+            arrow.lib().llmrr_reader_table_free(self.h)
+            self.h = ctypes.c_void_p()
 
 
 class Table:
-    """Columns of equal length: t["col"] or t.col is a numpy array."""
+    """Columns of equal length: t["col"] or t.col is a numpy array. A table read from a trace
+    is also an Arrow table: `pyarrow.table(t)`, `polars.DataFrame(t)`, `duckdb.sql("select
+    ... from t")` and `t.to_pandas()` import the library's buffers without a copy
+    (`__arrow_c_stream__`); its numpy columns are views of the same buffers (read-only).
+    `where()` gives a new table of numpy copies."""
 
-    def __init__(self, name: str, columns: dict[str, np.ndarray]) -> None:
+    def __init__(self, name: str, columns: dict[str, Any] | None = None,
+                 handle: _Handle | None = None) -> None:
         self.name = name
-        self._cols = columns
+        self._handle = handle
+        self._c = columns
+
+    @property
+    def _cols(self) -> dict[str, Any]:
+        if self._c is None:
+            assert self._handle is not None
+            self._c = arrow.numpy_columns(self._handle.h)
+        return self._c
+
+    def _column(self, column: str) -> np.ndarray:
+        v = self._cols[column]
+        if isinstance(v, arrow.Dictionary):
+            v = self._cols[column] = v.decode()
+        return v
 
     def __getitem__(self, column: str) -> np.ndarray:
         try:
-            return self._cols[column]
+            return self._column(column)
         except KeyError:
             raise KeyError("table %r has no column %r (columns: %s)" %
                            (self.name, column, ", ".join(self._cols))) from None
@@ -49,11 +88,13 @@ class Table:
         if column.startswith("_"):
             raise AttributeError(column)
         try:
-            return self._cols[column]
+            return self._column(column)
         except KeyError:
             raise AttributeError("table %r has no column %r" % (self.name, column)) from None
 
     def __len__(self) -> int:
+        if self._c is None and self._handle is not None:
+            return int(arrow.lib().llmrr_reader_table_rows(self._handle.h))
         return len(next(iter(self._cols.values()))) if self._cols else 0
 
     def __contains__(self, column: object) -> bool:
@@ -69,7 +110,41 @@ class Table:
             if column == "site" and isinstance(value, str):
                 value = _lib.site_pack(value)
             mask &= self[column] == value
-        return Table(self.name, {k: v[mask] for k, v in self._cols.items()})
+        return Table(self.name, {k: arrow.Dictionary(v.indices[mask], v.names)
+                                 if isinstance(v, arrow.Dictionary) else v[mask]
+                                 for k, v in self._cols.items()})
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        """The Arrow PyCapsule protocol: a capsule "arrow_array_stream" over the library's
+        buffers (no copy). A where() result has no library table: it goes through pyarrow."""
+        if self._handle is not None:
+            return arrow.stream_capsule(self._handle.h)
+        import pyarrow as pa
+        cols = {}
+        for k in self._cols:
+            v = self._column(k)
+            cols[k] = list(v) if v.ndim > 1 or v.dtype == object else v
+        return pa.table(cols).__arrow_c_stream__(requested_schema)
+
+    def to_arrow(self) -> Any:
+        """A pyarrow.Table (needs pyarrow; tools/setup/python installs it)."""
+        import pyarrow as pa
+        return pa.table(self)
+
+    def to_pandas(self, **kwargs: Any) -> Any:
+        """A pandas.DataFrame through pyarrow (site_name as a categorical)."""
+        return self.to_arrow().to_pandas(**kwargs)
+
+    def to_polars(self) -> Any:
+        import polars as pl
+        return pl.DataFrame(self)
+
+    def column_address(self, column: str) -> int:
+        """The library's address of a fixed-size column: what numpy views and Arrow exports
+        of this table point at."""
+        if self._handle is None:
+            raise ValueError("table %r was not read from a trace (a where() result)" % self.name)
+        return arrow.column_address(self._handle.h, column)
 
     def __repr__(self) -> str:
         return "<llmrr table %s: %d rows; %s>" % (self.name, len(self), ", ".join(self._cols))
@@ -77,15 +152,17 @@ class Table:
 
 class Trace:
     """An opened trace. Tables: requests, steps, segments, plans, fingerprints, routing,
-    logits, tokens, finishes, kernels (llmrr/reader.h lists their columns)."""
+    logits, tokens, finishes, kernels (llmrr/reader.h lists their columns), read from the
+    file at first use; table(name, steps=(first, stop)) reads the steps of a range only."""
 
     header: dict[str, Any]
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        L = _lib.lib()
+        L = arrow.lib()
         self.path = str(path)
         self._h = ctypes.c_void_p()
-        rc = L.llmrr_reader_open(self.path.encode(), ctypes.byref(self._h))
+        self._tables: dict[str, Table] = {}
+        rc = L.llmrr_reader_open_lazy(self.path.encode(), ctypes.byref(self._h))
         if rc != _lib.OK:
             message = L.llmrr_reader_last_error().decode("utf-8", "replace")
             # The library refuses JSON in the trace nested past its cap (safeio); say so as
@@ -100,76 +177,35 @@ class Trace:
         # header's own levels around extra_config).
         self.header = _json.loads(L.llmrr_reader_header_json(self._h).decode(), self.path,
                                   "run header", _json.MAX_DEPTH + 8)
-        raw = {}
-        for table in L.llmrr_reader_tables(self._h).decode().split():
-            raw[table] = self._read_table(table)
-        self._tables = self._shape(raw)
 
-    def _read_table(self, table):
-        L = _lib.lib()
-        cols = {}
-        rows = L.llmrr_reader_rows(self._h, table.encode())
-        for spec in L.llmrr_reader_columns(self._h, table.encode()).decode().split():
-            name, typ = spec.split(":")
-            data = ctypes.c_void_p()
-            n = ctypes.c_int64()
-            if typ == "str":
-                rc = L.llmrr_reader_strings(self._h, table.encode(), name.encode(),
-                                            ctypes.byref(data), ctypes.byref(n))
-                self._check(rc)
-                blob = ctypes.string_at(data, n.value) if n.value else b""
-                parts = blob.split(b"\0")[:rows]
-                cols[name] = np.array([p.decode("utf-8", "replace") for p in parts], dtype=object)
-                continue
-            rc = L.llmrr_reader_column(self._h, table.encode(), name.encode(), ctypes.byref(data),
-                                       ctypes.byref(n))
-            self._check(rc)
-            dt = np.dtype(_NP[typ])
-            if n.value == 0:
-                cols[name] = np.zeros(0, dtype=dt)
-            else:
-                buf = ctypes.string_at(data, n.value * dt.itemsize)
-                cols[name] = np.frombuffer(buf, dtype=dt).copy()
-            if (table, name) in _SITE_COLUMNS:
-                names = {int(v): _lib.site_name(int(v)) for v in np.unique(cols[name])}
-                cols[name + "_name"] = np.array([names[int(v)] for v in cols[name]], dtype=object)
-        return cols
-
-    @staticmethod
-    def _shape(raw):
-        # Ragged lists as the arrays people want: prompts per request, top-K as (n, K).
-        req = raw["requests"]
-        pt = raw.pop("prompt_tokens")
-        req["prompt"] = np.array(
-            [pt["token"][o:o + n] for o, n in zip(req["prompt_offset"], req["prompt_len"])] +
-            [None], dtype=object)[:-1]
-        lg = raw["logits"]
-        tk = raw.pop("logits_topk")
-        n = len(lg["step"])
-        k = int(lg["top_count"].max()) if n else 0
-        ids = np.full((n, k), -1, dtype=np.int32)
-        vals = np.full((n, k), np.nan, dtype=np.float32)
-        ids[tk["logit"], tk["rank"]] = tk["id"]
-        vals[tk["logit"], tk["rank"]] = tk["value"]
-        lg["top_ids"] = ids
-        lg["top_values"] = vals
-        return {name: Table(name, cols) for name, cols in raw.items()}
+    def table(self, name: str, steps: tuple[int, int] | None = None) -> Table:
+        """Table `name`; with steps=(first, stop), only the rows of steps first <= step < stop
+        (requests: those arriving then), read from the step chunks of that range alone."""
+        if not self._h:
+            raise ValueError("%s: the trace is closed" % self.path)
+        if steps is None:
+            first, last = _ALL_STEPS
+        else:
+            first, stop = (int(v) for v in steps)
+            if stop <= first:
+                raise ValueError("steps=(%d, %d): expected first < stop" % (first, stop))
+            first, last = first, stop - 1
+        return Table(name, handle=_Handle(self._h, name, first, last))
 
     def _check(self, rc):
         if rc != _lib.OK:
             raise _lib.LlmrrError(rc, _lib.lib().llmrr_reader_last_error().decode())
 
     def __getattr__(self, table: str) -> Table:
-        if table.startswith("_"):
-            raise AttributeError(table)
-        try:
-            return self._tables[table]
-        except KeyError:
+        if table.startswith("_") or table not in _TABLES:
             raise AttributeError("a trace has no table %r (tables: %s)" %
-                                 (table, ", ".join(self._tables))) from None
+                                 (table, ", ".join(_TABLES)))
+        if table not in self._tables:
+            self._tables[table] = self.table(table)
+        return self._tables[table]
 
     def tables(self) -> list[str]:
-        return list(self._tables)
+        return list(_TABLES)
 
     @property
     def complete(self) -> bool:
@@ -181,7 +217,7 @@ class Trace:
 
     def generated(self, request: int) -> np.ndarray:
         """The tokens recorded for `request`, in position order."""
-        t = self._tables["tokens"].where(request=request)
+        t = self.tokens.where(request=request)
         return t["token"][np.argsort(t["position"], kind="stable")]
 
     def blob(self, blob_id: int) -> bytes:
@@ -199,6 +235,7 @@ class Trace:
         self._check(_lib.lib().llmrr_reader_verify(self._h))
 
     def close(self) -> None:
+        """Closes the file; tables already read (and their exports) stay valid."""
         if self._h:
             _lib.lib().llmrr_reader_close(self._h)
             self._h = ctypes.c_void_p()
@@ -216,13 +253,13 @@ class Trace:
             pass
 
     def __repr__(self) -> str:
-        return "<llmrr trace %s: %d steps, %d requests, %d tokens>" % (
-            self.path, len(self._tables["steps"]), len(self._tables["requests"]),
-            len(self._tables["tokens"]))
+        return "<llmrr trace %s: %d steps, %d tokens>" % (
+            self.path, self.header.get("step_count", 0), self.header.get("token_count", 0))
 
 
 def open(path: str | os.PathLike[str]) -> Trace:  # noqa: A001 - the package's entry point is llmrr.open, like io.open
-    """Opens and reads the trace at `path`. Raises llmrr.LlmrrError on a bad trace, and
+    """Opens the trace at `path` (its header and frame index; tables are read when used).
+    Raises llmrr.LlmrrError on a bad trace, and
     llmrr.JsonNestingError (an LlmrrError and a ValueError naming the path) when JSON in it
     nests deeper than 64 levels."""
     return Trace(path)

@@ -1,16 +1,18 @@
-// The reader C ABI (llmrr/reader.h): a trace's step records flattened into column tables,
-// so a language binding gets arrays (numpy) with one copy and no FlatBuffers of its own.
-// Decoding stays in TraceReader: one implementation of checksums, plan dedup and recovery.
+// The reader C ABI (llmrr/reader.h): a trace's step records flattened into column tables
+// (reader/tables.cc builds them; reader/arrow.cc exports one over a step range as Arrow C
+// Data Interface structs, llmrr/reader_arrow.h), so a language binding gets arrays with no
+// FlatBuffers of its own. Decoding stays in TraceReader: one implementation of checksums,
+// plan dedup and recovery.
 #include "llmrr/reader.h"
+#include "llmrr/reader_arrow.h"
 
 #include <algorithm>
 #include <cstring>
-#include <map>
+#include <limits>
 #include <memory>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -19,10 +21,13 @@
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/runtime/site.h"
 #include "llmrr/safeio/json.h"
+#include "reader/tables.h"
 
 using llmrr::ErrorCode;
-using llmrr::Status;
 using llmrr::Result;
+using llmrr::Status;
+using llmrr::cread::Column;
+using llmrr::cread::Table;
 namespace trace = llmrr::trace;
 
 namespace {
@@ -39,84 +44,11 @@ int fail(const Status& st) {
   return static_cast<int>(st.code());
 }
 
-// One column: raw little-endian elements (or NUL-separated strings for "str").
-struct Column {
-  std::string name;
-  std::string type;  // i32 i64 u64 f32 f64 u8 str
-  std::vector<uint8_t> bytes;
-  int64_t count = 0;
-
-  template <typename T>
-  void push(T v) {
-    const size_t at = bytes.size();
-    bytes.resize(at + sizeof(T));
-    std::memcpy(bytes.data() + at, &v, sizeof(T));
-    ++count;
-  }
-  void push_str(const std::string& s) {
-    bytes.insert(bytes.end(), s.begin(), s.end());
-    bytes.push_back(0);
-    ++count;
-  }
-};
-
-struct Table {
-  std::vector<Column> columns;
-  std::string listing;  // "name:type ..."
-  int64_t rows = 0;
-
-  Table(std::initializer_list<std::pair<const char*, const char*>> spec) {
-    for (const auto& [name, type] : spec) {
-      columns.push_back(Column{name, type, {}, 0});
-      if (!listing.empty()) listing += ' ';
-      listing += std::string(name) + ":" + type;
-    }
-  }
-  Column& operator[](size_t i) { return columns[i]; }
-  const Column* find(const char* name) const {
-    for (const Column& c : columns)
-      if (c.name == name) return &c;
-    return nullptr;
-  }
-};
-
-constexpr uint64_t kNoRequest = ~uint64_t{0};
-
-// Batch row -> (request, position) of one step, from its segments.
-struct RowMap {
-  std::vector<uint64_t> request;
-  std::vector<int32_t> position;
-  void build(const trace::StepRecord& s) {
-    request.clear();
-    position.clear();
-    for (const trace::Segment& g : s.segments)
-      for (int32_t i = 0; i < g.count; ++i) {
-        request.push_back(g.request);
-        position.push_back(g.start + i);
-      }
-  }
-  uint64_t req(int64_t row) const {
-    return row >= 0 && row < static_cast<int64_t>(request.size()) ? request[row] : kNoRequest;
-  }
-  int32_t pos(int64_t row) const {
-    return row >= 0 && row < static_cast<int64_t>(position.size()) ? position[row] : -1;
-  }
-};
-
 }  // namespace
 
-struct llmrr_reader {
-  std::unique_ptr<trace::TraceReader> reader;
-  std::string header_json;
-  std::string table_names;
-  std::map<std::string, Table> tables;
-
-  Table& add(const char* name, Table t) {
-    if (!table_names.empty()) table_names += ' ';
-    table_names += name;
-    return tables.emplace(name, std::move(t)).first->second;
-  }
-};
+int llmrr::cread::fail_call(const Status& st) {
+  return fail(st);
+}
 
 namespace {
 
@@ -156,284 +88,46 @@ Result<nlohmann::json> header_json(const trace::TraceReader& r) {
   return j;
 }
 
-Status load(llmrr_reader* h) {
-  trace::TraceReader& r = *h->reader;
-  ASSIGN_OR_RETURN(nlohmann::json header, header_json(r));
-  Table& req = h->add("requests", Table{{"id", "u64"},
-                                        {"arrival_step", "i64"},
-                                        {"finish_step", "i64"},
-                                        {"prompt_len", "i32"},
-                                        {"prompt_offset", "i64"},
-                                        {"prompt_hash", "u64"},
-                                        {"generated", "i32"},
-                                        {"finish_reason", "u8"},
-                                        {"temperature", "f32"},
-                                        {"top_k", "i32"},
-                                        {"top_p", "f32"},
-                                        {"seed", "u64"},
-                                        {"max_tokens", "i32"},
-                                        {"stop_at_eos", "u8"},
-                                        {"label", "str"}});
-  Table& prompt = h->add("prompt_tokens", Table{{"request", "u64"}, {"token", "i32"}});
-  Table& steps = h->add("steps", Table{{"step", "i64"},
-                                       {"rows", "i64"},
-                                       {"segments", "i32"},
-                                       {"arrivals", "i32"},
-                                       {"logits", "i32"},
-                                       {"tokens", "i32"},
-                                       {"finishes", "i32"}});
-  Table& seg = h->add("segments", Table{{"step", "i64"},
-                                        {"request", "u64"},
-                                        {"start", "i32"},
-                                        {"count", "i32"},
-                                        {"cached", "i32"},
-                                        {"kind", "u8"},
-                                        {"sample", "u8"},
-                                        {"batch_row", "i32"}});
-  Table& plans = h->add("plans", Table{{"step", "i64"},
-                                       {"site", "u64"},
-                                       {"op", "u8"},
-                                       {"mode", "u8"},
-                                       {"order", "u8"},
-                                       {"separate_new_kv", "u8"},
-                                       {"splits", "i32"},
-                                       {"split_size", "i32"},
-                                       {"k_tile", "i32"}});
-  Table& fp = h->add("fingerprints", Table{{"step", "i64"},
-                                           {"site", "u64"},
-                                           {"batch_row", "i32"},
-                                           {"request", "u64"},
-                                           {"position", "i32"},
-                                           {"cols", "i32"},
-                                           {"hash", "u64"},
-                                           {"l2", "f32"},
-                                           {"max_abs", "f32"}});
-  Table& rt = h->add("routing", Table{{"step", "i64"},
-                                      {"layer", "i32"},
-                                      {"batch_row", "i32"},
-                                      {"request", "u64"},
-                                      {"position", "i32"},
-                                      {"rank", "i32"},
-                                      {"chosen", "i32"},
-                                      {"expert", "i32"},
-                                      {"gate", "f32"},
-                                      {"outcome", "u8"},
-                                      {"experts_total", "i32"},
-                                      {"capacity", "i32"}});
-  Table& lg = h->add("logits", Table{{"step", "i64"},
-                                     {"request", "u64"},
-                                     {"position", "i32"},
-                                     {"batch_row", "i32"},
-                                     {"vocab", "i32"},
-                                     {"margin", "f32"},
-                                     {"hash", "u64"},
-                                     {"l2", "f32"},
-                                     {"max_abs", "f32"},
-                                     {"blob", "i64"},
-                                     {"top_count", "i32"}});
-  Table& topk = h->add("logits_topk",
-                       Table{{"logit", "i64"}, {"rank", "i32"}, {"id", "i32"}, {"value", "f32"}});
-  Table& tok = h->add("tokens", Table{{"step", "i64"},
-                                      {"request", "u64"},
-                                      {"position", "i32"},
-                                      {"token", "i32"},
-                                      {"uniform", "f64"}});
-  Table& fin =
-      h->add("finishes",
-             Table{{"step", "i64"}, {"request", "u64"}, {"reason", "u8"}, {"generated", "i32"}});
-  Table& ker = h->add("kernels", Table{{"step", "i64"},
-                                       {"stream", "u64"},
-                                       {"correlation", "u64"},
-                                       {"start_ns", "i64"},
-                                       {"end_ns", "i64"},
-                                       {"grid_x", "i32"},
-                                       {"grid_y", "i32"},
-                                       {"grid_z", "i32"},
-                                       {"block_x", "i32"},
-                                       {"block_y", "i32"},
-                                       {"block_z", "i32"},
-                                       {"name", "str"}});
-
-  // Request summaries (finish step, generated) keyed by id; the arrival records carry the rest.
-  std::unordered_map<uint64_t, const trace::RequestSummary*> summary;
-  for (const trace::RequestSummary& s : r.requests()) summary[s.id] = &s;
-
-  trace::StepCursor cur = r.steps();
-  trace::StepRecord s;
-  RowMap map;
-  int64_t logit_index = 0;
-  while (true) {
-    llmrr::Result<bool> got = cur.next(&s);
-    if (!got.ok()) return got.status();
-    if (!*got) break;
-    map.build(s);
-    for (const trace::RequestRecord& a : s.arrivals) {
-      auto it = summary.find(a.id);
-      const trace::RequestSummary* sum = it == summary.end() ? nullptr : it->second;
-      req[0].push(a.id);
-      req[1].push(s.step);
-      req[2].push(sum ? sum->finish_step : int64_t{-1});
-      req[3].push(static_cast<int32_t>(a.prompt.size()));
-      req[4].push(prompt[0].count);
-      req[5].push(trace::prompt_hash(a.prompt));
-      req[6].push(sum ? sum->generated : int32_t{0});
-      // 255: not finished when the trace ended.
-      req[7].push(sum && sum->finish_step >= 0 ? static_cast<uint8_t>(sum->reason) : uint8_t{255});
-      req[8].push(a.temperature);
-      req[9].push(a.top_k);
-      req[10].push(a.top_p);
-      req[11].push(a.seed);
-      req[12].push(a.max_tokens);
-      req[13].push(static_cast<uint8_t>(a.stop_at_eos));
-      req[14].push_str(a.label);
-      ++req.rows;
-      for (int32_t t : a.prompt) {
-        prompt[0].push(a.id);
-        prompt[1].push(t);
-        ++prompt.rows;
-      }
-    }
-    steps[0].push(s.step);
-    steps[1].push(s.row_count());
-    steps[2].push(static_cast<int32_t>(s.segments.size()));
-    steps[3].push(static_cast<int32_t>(s.arrivals.size()));
-    steps[4].push(static_cast<int32_t>(s.logits.size()));
-    steps[5].push(static_cast<int32_t>(s.tokens.size()));
-    steps[6].push(static_cast<int32_t>(s.finishes.size()));
-    ++steps.rows;
-    int32_t first_row = 0;
-    for (const trace::Segment& g : s.segments) {
-      seg[0].push(s.step);
-      seg[1].push(g.request);
-      seg[2].push(g.start);
-      seg[3].push(g.count);
-      seg[4].push(g.cached);
-      seg[5].push(static_cast<uint8_t>(g.kind));
-      seg[6].push(static_cast<uint8_t>(g.sample));
-      seg[7].push(first_row);
-      first_row += g.count;
-      ++seg.rows;
-    }
-    for (const trace::SitePlan& p : s.plans) {
-      plans[0].push(s.step);
-      plans[1].push(p.site);
-      plans[2].push(static_cast<uint8_t>(p.plan.op));
-      plans[3].push(static_cast<uint8_t>(p.plan.mode));
-      plans[4].push(static_cast<uint8_t>(p.plan.order));
-      plans[5].push(static_cast<uint8_t>(p.plan.separate_new_kv));
-      plans[6].push(static_cast<int32_t>(p.plan.splits));
-      plans[7].push(static_cast<int32_t>(p.plan.split_size));
-      plans[8].push(static_cast<int32_t>(p.plan.k_tile));
-      ++plans.rows;
-    }
-    for (const trace::SiteRows& sr : s.rows)
-      for (size_t i = 0; i < sr.rows.size(); ++i) {
-        const int32_t row = sr.batch_rows.empty() ? static_cast<int32_t>(i) : sr.batch_rows[i];
-        fp[0].push(s.step);
-        fp[1].push(sr.site);
-        fp[2].push(row);
-        fp[3].push(map.req(row));
-        fp[4].push(map.pos(row));
-        fp[5].push(sr.cols);
-        fp[6].push(sr.rows[i].hash);
-        fp[7].push(sr.rows[i].l2);
-        fp[8].push(sr.rows[i].max_abs);
-        ++fp.rows;
-      }
-    for (const trace::Routing& ro : s.routing)
-      for (int32_t row = 0; row < ro.rows; ++row)
-        for (int32_t k = 0; k < ro.k; ++k) {
-          const size_t i = static_cast<size_t>(row) * ro.k + k;
-          rt[0].push(s.step);
-          rt[1].push(ro.layer);
-          rt[2].push(row);
-          rt[3].push(map.req(row));
-          rt[4].push(map.pos(row));
-          rt[5].push(k);
-          rt[6].push(ro.chosen[i]);
-          rt[7].push(ro.experts[i]);
-          rt[8].push(ro.gates[i]);
-          rt[9].push(static_cast<uint8_t>(ro.outcome[i]));
-          rt[10].push(ro.experts_total);
-          rt[11].push(ro.capacity);
-          ++rt.rows;
-        }
-    for (const trace::LogitsRecord& l : s.logits) {
-      lg[0].push(s.step);
-      lg[1].push(l.request);
-      lg[2].push(l.position);
-      lg[3].push(l.batch_row);
-      lg[4].push(l.vocab);
-      lg[5].push(l.margin);
-      lg[6].push(l.full.hash);
-      lg[7].push(l.full.l2);
-      lg[8].push(l.full.max_abs);
-      lg[9].push(l.blob);
-      lg[10].push(static_cast<int32_t>(l.top_ids.size()));
-      ++lg.rows;
-      for (size_t k = 0; k < l.top_ids.size(); ++k) {
-        topk[0].push(logit_index);
-        topk[1].push(static_cast<int32_t>(k));
-        topk[2].push(l.top_ids[k]);
-        topk[3].push(l.top_values[k]);
-        ++topk.rows;
-      }
-      ++logit_index;
-    }
-    for (const trace::TokenRecord& t : s.tokens) {
-      tok[0].push(s.step);
-      tok[1].push(t.request);
-      tok[2].push(t.position);
-      tok[3].push(t.token);
-      tok[4].push(t.uniform);
-      ++tok.rows;
-    }
-    for (const trace::FinishRecord& f : s.finishes) {
-      fin[0].push(s.step);
-      fin[1].push(f.request);
-      fin[2].push(static_cast<uint8_t>(f.reason));
-      fin[3].push(f.generated);
-      ++fin.rows;
-    }
-  }
-
-  std::vector<trace::KernelRecord> kernels;
-  const std::vector<trace::FrameInfo>& frames = r.frames();
-  for (size_t f = 0; f < frames.size(); ++f) {
-    if (frames[f].kind != trace::FrameKind::kKernelRecords) continue;
-    kernels.clear();
-    if (Status st = r.read_kernels(static_cast<int64_t>(f), &kernels); !st.ok()) return st;
-    for (const trace::KernelRecord& k : kernels) {
-      auto dim = [](const std::vector<int32_t>& v, size_t i) { return i < v.size() ? v[i] : 1; };
-      ker[0].push(k.step);
-      ker[1].push(k.stream);
-      ker[2].push(k.correlation);
-      ker[3].push(k.start_ns);
-      ker[4].push(k.end_ns);
-      for (size_t i = 0; i < 3; ++i) ker[5 + i].push(dim(k.grid, i));
-      for (size_t i = 0; i < 3; ++i) ker[8 + i].push(dim(k.block, i));
-      ker[11].push_str(k.name);
-      ++ker.rows;
-    }
-  }
+// The header JSON at open; the tables now (eager) or at first use (lazy).
+Status open_header(llmrr_reader* h) {
+  ASSIGN_OR_RETURN(nlohmann::json header, header_json(*h->reader));
   h->header_json = llmrr::safeio::dump(header);
   return Status::Ok();
 }
 
+Status load(const llmrr_reader* r) {
+  auto* h = const_cast<llmrr_reader*>(r);  // the tables are a cache of the trace
+  if (h->loaded) return h->load_status;
+  h->loaded = true;
+  try {
+    Result<llmrr::cread::TableSet> set = llmrr::cread::read_tables(
+        *h->reader, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), {});
+    if (set.ok()) {
+      h->set = std::move(set).value();
+    } else {
+      h->load_status = set.status();
+    }
+  } catch (const std::bad_alloc&) {
+    h->load_status = Status(ErrorCode::kResourceLimit, "reading the tables: out of memory");
+  }
+  return h->load_status;
+}
+
 const Table* find_table(const llmrr_reader* r, const char* table) {
-  if (r == nullptr || table == nullptr) return nullptr;
-  auto it = r->tables.find(table);
-  return it == r->tables.end() ? nullptr : &it->second;
+  if (r == nullptr || table == nullptr || !load(r).ok()) return nullptr;
+  auto it = r->set.tables.find(table);
+  return it == r->set.tables.end() ? nullptr : &it->second;
 }
 
 int find_column(const llmrr_reader* r, const char* fn, const char* table, const char* column,
                 const Column** out) {
   if (r == nullptr) return fail(ErrorCode::kInvalidArgument, std::string(fn) + ": null reader");
+  if (Status st = load(r); !st.ok()) return fail(st);
   const Table* t = find_table(r, table);
   if (t == nullptr)
     return fail(ErrorCode::kInvalidArgument, std::string(fn) + ": unknown table '" +
                                                  (table ? table : "(null)") +
-                                                 "' (tables: " + r->table_names + ")");
+                                                 "' (tables: " + r->set.names + ")");
   const Column* c = column ? t->find(column) : nullptr;
   if (c == nullptr)
     return fail(ErrorCode::kInvalidArgument,
@@ -470,7 +164,24 @@ int llmrr_reader_open(const char* path, llmrr_reader** out) {
     if (!opened.ok()) return fail(opened.status());
     auto h = std::make_unique<llmrr_reader>();
     h->reader = std::move(opened).value();
+    if (Status st = open_header(h.get()); !st.ok()) return fail(st);
     if (Status st = load(h.get()); !st.ok()) return fail(st);
+    *out = h.release();
+    return LLMRR_OK;
+  });
+}
+
+int llmrr_reader_open_lazy(const char* path, llmrr_reader** out) {
+  if (out == nullptr) return fail(ErrorCode::kInvalidArgument, "llmrr_reader_open_lazy: null out");
+  *out = nullptr;
+  if (path == nullptr)
+    return fail(ErrorCode::kInvalidArgument, "llmrr_reader_open_lazy: null path");
+  return guarded("llmrr_reader_open_lazy", [&] {
+    auto opened = trace::TraceReader::open(path);
+    if (!opened.ok()) return fail(opened.status());
+    auto h = std::make_unique<llmrr_reader>();
+    h->reader = std::move(opened).value();
+    if (Status st = open_header(h.get()); !st.ok()) return fail(st);
     *out = h.release();
     return LLMRR_OK;
   });
@@ -485,10 +196,16 @@ const char* llmrr_reader_header_json(const llmrr_reader* reader) {
 }
 
 const char* llmrr_reader_tables(const llmrr_reader* reader) {
-  return reader ? reader->table_names.c_str() : "";
+  return reader ? llmrr::cread::kTableNames : "";
 }
 
 const char* llmrr_reader_columns(const llmrr_reader* reader, const char* table) {
+  if (reader != nullptr) {
+    if (Status st = load(reader); !st.ok()) {
+      fail(st);
+      return nullptr;
+    }
+  }
   const Table* t = find_table(reader, table);
   if (t == nullptr) {
     fail(ErrorCode::kInvalidArgument,

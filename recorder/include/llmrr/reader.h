@@ -28,6 +28,10 @@
  * (llmrr_reader_strings: NUL-terminated strings back to back, one per row).
  *
  * Pointers returned stay valid until llmrr_reader_close. A handle is not thread-safe.
+ *
+ * llmrr/reader_arrow.h adds a lazy open (header and index only), one table over a step range
+ * (only the step chunks that hold it are read), and every table as Arrow C Data Interface
+ * structs (the Python package's llmrr.open goes through it).
  */
 #ifndef LLMRR_READER_H_
 #define LLMRR_READER_H_
