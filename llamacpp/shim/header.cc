@@ -64,7 +64,8 @@ HeaderInfo describe(llama_context* ctx, const llama_context_params& p, const std
   const llama_vocab* v = m != nullptr ? CALL(llama_model_get_vocab, nullptr, m) : nullptr;
   std::string version, lib;
   Dl_info di{};
-  if (void* f = dlsym(RTLD_DEFAULT, "llama_decode"); f != nullptr && dladdr(f, &di) && di.dli_fname) {
+  // a function the shim does not wrap, so dladdr names libllama itself
+  if (void* f = dlsym(RTLD_DEFAULT, "llama_print_system_info"); f != nullptr && dladdr(f, &di) && di.dli_fname) {
     lib = di.dli_fname;
     const std::string dir = lib.substr(0, lib.rfind('/'));
     version = read_small(dir + "/../VERSION");
