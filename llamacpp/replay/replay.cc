@@ -1,4 +1,5 @@
-// llmrr-llamacpp-replay TRACE MODEL [--n-batch N] [--n-ubatch N] [--threads N] [--force]:
+// llmrr-llamacpp-replay TRACE MODEL [--n-batch N] [--n-ubatch N] [--threads N]
+// [--flash-attn on|off|auto] [--force]:
 // re-executes a llama.cpp trace (recorded by libllmrr_llamacpp.so) in libllama: the context is
 // built from the header's extra_config_json (overridable), and the recorded batches are fed to
 // llama_decode in the recorded order, each rebuilt from its segments (tokens from the request's
@@ -39,6 +40,11 @@ bool parse_int(const char* s, int* out) {
   return true;
 }
 
+// libllama's own log: warnings and errors only (the replay's output is its report).
+void quiet(ggml_log_level level, const char* text, void*) {
+  if (level == GGML_LOG_LEVEL_WARN || level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+}
+
 int argmax(const float* x, int n) {
   int best = 0;
   for (int i = 1; i < n; ++i)
@@ -53,8 +59,17 @@ int main(int argc, char** argv) {
   std::vector<std::string> pos;
   int n_batch = -1, n_ubatch = -1, threads = -1;
   bool force = false;
+  std::string flash_attn;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--flash-attn") {
+      if (i + 1 >= argc || (std::strcmp(argv[i + 1], "on") != 0 &&
+                            std::strcmp(argv[i + 1], "off") != 0 &&
+                            std::strcmp(argv[i + 1], "auto") != 0))
+        return bad("--flash-attn: expected on, off or auto");
+      flash_attn = argv[++i];
+      continue;
+    }
     int* target = a == "--n-batch" ? &n_batch : a == "--n-ubatch" ? &n_ubatch
                 : a == "--threads" ? &threads : nullptr;
     if (target != nullptr) {
@@ -71,7 +86,7 @@ int main(int argc, char** argv) {
   }
   if (pos.size() != 2)
     return bad("usage: llmrr-llamacpp-replay TRACE MODEL.gguf [--n-batch N] [--n-ubatch N] "
-               "[--threads N] [--force]");
+               "[--threads N] [--flash-attn on|off|auto] [--force]");
   auto reader = trace::TraceReader::open(pos[0]);
   if (!reader.ok()) return bad(reader.status().message());
   const trace::RunHeader& h = (*reader)->run_header();
@@ -87,6 +102,7 @@ int main(int argc, char** argv) {
     return bad(pos[1] + ": weight hash " + hash + " differs from the trace's " +
                h.model.weight_hash + " (another model file; --force replays anyway)");
 
+  llama_log_set(quiet, nullptr);
   llama_backend_init();
   llama_model_params mp = llama_model_default_params();
   llama_model* model = llama_model_load_from_file(pos[1].c_str(), mp);
@@ -106,6 +122,10 @@ int main(int argc, char** argv) {
   cp.n_threads_batch =
       static_cast<int32_t>(threads > 0 ? threads : geti("n_threads_batch", cp.n_threads_batch));
   cp.flash_attn_type = static_cast<llama_flash_attn_type>(geti("flash_attn_type", cp.flash_attn_type));
+  if (!flash_attn.empty())
+    cp.flash_attn_type = flash_attn == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                         : flash_attn == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                               : LLAMA_FLASH_ATTN_TYPE_AUTO;
   cp.kv_unified = getb("kv_unified", cp.kv_unified);
   cp.swa_full = getb("swa_full", cp.swa_full);
   cp.offload_kqv = getb("offload_kqv", cp.offload_kqv);

@@ -15,7 +15,9 @@
 //   llama_get_logits_ith + llama_sampler_accept  the token the sampler chose for a row
 //   llama_free                 the trace is completed and closed (also at exit)
 // Settings (environment): LLMRR_LLAMACPP_TRACE (the trace; nothing is recorded without it),
-// LLMRR_CAPTURE (none | layers | all, default layers), LLMRR_TOP_K (32).
+// LLMRR_CAPTURE (none | layers | all, default layers), LLMRR_TOP_K (32), LLMRR_LLAMACPP_FORCED
+// (1: the program feeds recorded tokens, as llmrr-llamacpp-replay does: each row's token is the
+// one its sampler accepted).
 // Never disturbs the program: every failure is a message on stderr and a lossy trace.
 #include <dlfcn.h>
 
@@ -244,6 +246,8 @@ bool start(State& st, llama_context* ctx) {
   static auto n_ctx = any_fn(&llama_n_ctx, "llama_n_ctx");
   st.tape = new Tape(st.rec, h.vocab, h.eog_tokens,
                      n_ctx != nullptr ? static_cast<int32_t>(n_ctx(ctx)) : 0);
+  if (const char* f = std::getenv("LLMRR_LLAMACPP_FORCED"); f != nullptr && *f == '1')
+    st.tape->set_forced(true);
   st.stopped = false;
   std::atexit([] {
     State& s = S();

@@ -136,10 +136,13 @@ void Tape::decoded(const std::vector<BatchRow>& rows, const std::vector<const fl
 void Tape::resolve_token(Request& q, int32_t token) {
   if (q.pending_pos < 0) return;
   TapeStep& st = *q.pending_step;
-  if (q.pending_token >= 0 && q.pending_token != token)
+  if (forced_ && q.pending_token >= 0) {
+    token = q.pending_token;
+  } else if (q.pending_token >= 0 && q.pending_token != token) {
     lossy("request " + std::to_string(q.id) + ": the sampler accepted token " +
           std::to_string(q.pending_token) + " at position " + std::to_string(q.pending_pos + 1) +
           " but the program decoded token " + std::to_string(token) + " there");
+  }
   if (token >= 0) {
     st.tokens.push_back({q.id, q.pending_pos + 1, token});
     q.generated += 1;
@@ -304,9 +307,10 @@ void Tape::write(TapeStep& s) {
     Request& q = requests_[by_id(g.request)];
     if (q.added) continue;
     q.added = true;
+    q.out_id = next_out_id_++;
     const std::string label = "llamacpp seq=" + std::to_string(q.seq);
     llmrr_request rq{};
-    rq.id = q.id;
+    rq.id = q.out_id;
     rq.prompt = q.prompt.data();
     rq.prompt_len = q.prompt.size();
     rq.temperature = 0.0f;  // the program's sampler settings are not visible to libllama
@@ -319,8 +323,9 @@ void Tape::write(TapeStep& s) {
     rq.label = label.c_str();
     llmrr_recorder_add_request(rec_, &rq);
   }
-  if (llmrr_recorder_begin_step(rec_, written_, s.segments.data(), s.segments.size()) !=
-      LLMRR_OK) {
+  std::vector<llmrr_segment> segments = s.segments;
+  for (llmrr_segment& g : segments) g.request = requests_[by_id(g.request)].out_id;
+  if (llmrr_recorder_begin_step(rec_, written_, segments.data(), segments.size()) != LLMRR_OK) {
     lossy(std::string("begin_step: ") + llmrr_recorder_last_error());
     return;
   }
@@ -332,14 +337,16 @@ void Tape::write(TapeStep& s) {
   }
   for (const LogitsRow& l : s.logits) {
     if (l.values.empty()) continue;
-    llmrr_recorder_record_logits(rec_, l.request, l.pos, l.batch_row, l.values.data(),
-                                 LLMRR_DTYPE_F32, static_cast<int64_t>(l.values.size()));
+    llmrr_recorder_record_logits(rec_, requests_[by_id(l.request)].out_id, l.pos, l.batch_row,
+                                 l.values.data(), LLMRR_DTYPE_F32,
+                                 static_cast<int64_t>(l.values.size()));
   }
   for (const TapeStep::Token& t : s.tokens)
-    llmrr_recorder_record_token(rec_, t.request, t.pos, t.token, -1.0);
+    llmrr_recorder_record_token(rec_, requests_[by_id(t.request)].out_id, t.pos, t.token, -1.0);
   for (const TapeStep::Finish& f : s.finishes)
     if (requests_[by_id(f.request)].added)
-      llmrr_recorder_record_finish(rec_, f.request, f.reason, f.generated);
+      llmrr_recorder_record_finish(rec_, requests_[by_id(f.request)].out_id, f.reason,
+                                   f.generated);
   if (llmrr_recorder_end_step(rec_) != LLMRR_OK)
     lossy(std::string("end_step: ") + llmrr_recorder_last_error());
   ++written_;

@@ -90,6 +90,9 @@ class Tape {
   void finish_all();
 
   void lossy(const std::string& why);
+  // Replays feed the recorded tokens whatever the sampler chose: the token recorded for a row
+  // is then the sampler's choice (the one accepted), not the one fed.
+  void set_forced(bool forced) { forced_ = forced; }
   int64_t steps_written() const { return written_; }
 
  private:
@@ -104,6 +107,7 @@ class Tape {
     bool finished = false;
     bool probe = false;  // ended unsampled before anything was sampled: a warmup or probe
     bool added = false;  // its arrival is written
+    uint64_t out_id = 0;  // its id in the trace: requests are numbered as they are written
     // the row whose token is pending: its step, position, and the sampler's choice
     std::shared_ptr<TapeStep> pending_step;
     int32_t pending_pos = -1;
@@ -134,7 +138,9 @@ class Tape {
   std::vector<std::pair<int64_t, int32_t>> last_rows_;
   int64_t written_ = 0;
   uint64_t next_id_ = 0;
+  uint64_t next_out_id_ = 0;
   bool any_sampled_ = false;
+  bool forced_ = false;
 };
 
 }  // namespace llmrr::llamacpp
