@@ -78,3 +78,12 @@ class Trace:
                                  "row" % (req, pos, tok, lg["top_ids"][0]))
                 n += 1
         return n
+
+
+def replay(trace, model, *args):
+    """`llmrr replay --runtime llamacpp TRACE --model MODEL ARGS`: (exit code, stdout)."""
+    p = llmrr("replay", "--runtime", "llamacpp", trace, "--model", model, *args, check=False)
+    if p.returncode not in (0, 1):
+        raise AssertionError("replay %s: exit %d\n%s%s" % (trace, p.returncode, p.stdout,
+                                                           p.stderr[-3000:]))
+    return p.returncode, p.stdout

@@ -1,16 +1,20 @@
 """A program of its own under `llmrr record-llamacpp` (tests/llamacpp/greedy.c: two sequences in
 one batch through llama_decode, greedy, with a sampler that accepts each token): the trace
 verifies, holds one request per sequence with its prompt and exactly the tokens the program
-printed, each the top-1 of the logits row credited to it, and layer fingerprints of every row."""
+printed, each the top-1 of the logits row credited to it, and layer fingerprints of every row.
+Replayed in libllama (`llmrr replay --runtime llamacpp`): bit-exact; with n_ubatch 5 (the
+prompt batch of 12 rows split into ubatches of 5, 5 and 2) also bit-exact, which is what
+llama.cpp's CPU kernels with Q4_1 weights do (they do not depend on the batch); with flash
+attention off (recorded: auto, on here) the first differing step and site are named."""
 import os
 import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lc_common import Trace, llmrr, model_path, require_llamacpp, LLMRR  # noqa: E402
+from lc_common import Trace, llmrr, model_path, replay, require_llamacpp, LLMRR  # noqa: E402
 
-require_llamacpp("LLMRR_LLAMACPP_GREEDY")
+require_llamacpp("LLMRR_LLAMACPP_GREEDY", "LLMRR_LLAMACPP_REPLAY")
 MODEL = model_path()
 PROMPT = [1, 504, 3575, 282, 4649, 314]
 N = 12
@@ -69,6 +73,36 @@ class ProgramTest(unittest.TestCase):
             # the last layer keeps only the rows that want logits
             want = sorted(lg["batch_row"] for lg in s["logits"])
             self.assertEqual(sorted(last["batch_rows"]), want)
+
+    def test_replay_is_bit_exact(self):
+        rc, out = replay("run.trace", MODEL, "-o", "same.trace")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("bit-exact: %d steps, %d rows" % (N, 2 * len(PROMPT) + 2 * (N - 1)), out)
+
+    def test_other_n_ubatch_is_bit_exact_on_the_cpu(self):
+        rc, out = replay("run.trace", MODEL, "--n-ubatch", "5", "-o", "ubatch5.trace")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("bit-exact: ", out)
+        # the replay's first step ran as three ubatches, its layer rows all mapped
+        step0 = Trace("ubatch5.trace").steps[0]
+        l0 = [r for r in step0["fingerprints"] if r["site"] == "L0.out"][0]
+        self.assertEqual(sorted(l0["batch_rows"]), list(range(2 * len(PROMPT))))
+
+    def test_flash_attention_off_names_the_first_difference(self):
+        rc, out = replay("run.trace", MODEL, "--flash-attn", "off", "-o", "nofa.trace")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("First difference at step 0", out)
+        self.assertIn("L0.out", out)
+
+    def test_replay_refusals(self):
+        p = llmrr("replay", "--runtime", "llamacpp", "run.trace", "--model", "run.trace",
+                  check=False)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr[-2000:])
+        self.assertIn("weight hash", p.stderr)
+        p = llmrr("replay", "--runtime", "llamacpp", "run.trace", "--model", MODEL, "-o",
+                  "run.trace", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("exists", p.stderr)
 
 
 if __name__ == "__main__":

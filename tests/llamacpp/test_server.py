@@ -19,20 +19,33 @@ JOBS = [(0.0, PROMPTS[0], 24), (0.3, PROMPTS[1], 16), (0.6, PROMPTS[2], 32),
         (2.5, PROMPTS[1], 28), (3.0, PROMPTS[3], 16)]
 
 
+_recording = {}
+
+
+def recording():
+    """The recorded run (made once, for both test classes)."""
+    if not _recording:
+        r = _recording
+        srv = RecordedServer("run.trace", MODEL, extra=("--kv-unified",))
+        try:
+            r["prompt_tokens"] = {p: srv.tokenize(p) for p in PROMPTS}
+            r["responses"] = staggered(srv, JOBS)
+            # after those: the first prompt again, alone (its slot still holds it: cache hit)
+            r["responses"] += staggered(srv, [(0.0, PROMPTS[0], 24), (0.0, PROMPTS[2], 10)])
+        finally:
+            r["rc"] = srv.stop()
+        r["jobs"] = JOBS + [(0.0, PROMPTS[0], 24), (0.0, PROMPTS[2], 10)]
+        with open("run.trace.log") as f:
+            r["log"] = f.read()
+    return _recording
+
+
 class ServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        srv = RecordedServer("run.trace", MODEL, extra=("--kv-unified",))
-        try:
-            cls.prompt_tokens = {p: srv.tokenize(p) for p in PROMPTS}
-            cls.responses = staggered(srv, JOBS)
-            # after those: the first prompt again, alone (its slot still holds it: cache hit)
-            cls.responses += staggered(srv, [(0.0, PROMPTS[0], 24), (0.0, PROMPTS[2], 10)])
-        finally:
-            cls.rc = srv.stop()
-        cls.jobs = JOBS + [(0.0, PROMPTS[0], 24), (0.0, PROMPTS[2], 10)]
-        with open("run.trace.log") as f:
-            cls.log = f.read()
+        r = recording()
+        cls.prompt_tokens, cls.responses, cls.rc = r["prompt_tokens"], r["responses"], r["rc"]
+        cls.jobs, cls.log = r["jobs"], r["log"]
         cls.t = Trace("run.trace")
 
     def test_trace_verifies_complete_not_lossy(self):
@@ -76,6 +89,7 @@ class ServerTest(unittest.TestCase):
             sites = {r["site"]: r for r in s["fingerprints"]}
             self.assertEqual(len(sites), 30, s["step"])
             self.assertEqual(sorted(sites["L0.out"]["batch_rows"]), list(range(s["rows"])))
+
 
 
 if __name__ == "__main__":
