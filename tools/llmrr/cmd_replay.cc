@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/llamacpp_exec.h"
 #include "cli/vllm_exec.h"
 #include "cli/trace_input.h"
 #include "llmrr/format/trace_reader.h"
@@ -21,6 +22,8 @@
 
 int run_replay_command(int argc, char** argv) {
   using namespace llmrr;
+  // `--runtime llamacpp`: re-executed in libllama (llmrr-llamacpp-replay under the shim).
+  if (int rc = 0; cli::run_in_llamacpp("replay", argc, argv, &rc)) return rc;
   // `--runtime vllm`: the run is re-executed in vLLM (python -m llmrr.vllm_replay replay).
   if (int rc = 0; cli::run_in_vllm("replay", {"-m", "llmrr.vllm_replay", "replay"}, argc, argv, &rc))
     return rc;
