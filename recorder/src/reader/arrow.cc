@@ -251,103 +251,79 @@ Status build_tree(TableData& d) {
 
 // ---- export ----------------------------------------------------------------------------
 
-struct SchemaPrivate {
+// What an exported ArrowSchema or ArrowArray owns: the table (its buffers and strings), its
+// children and its dictionary. One template serves both structs: they nest the same way.
+template <class T>
+struct Exported {
   std::shared_ptr<const TableData> keep;
-  std::vector<ArrowSchema> kids;
-  std::vector<ArrowSchema*> kid_ptrs;
-  std::unique_ptr<ArrowSchema> dict;
+  std::vector<T> kids;
+  std::vector<T*> kid_ptrs;
+  std::unique_ptr<T> dict;
 };
 
-void release_schema(ArrowSchema* s) {
-  if (s == nullptr || s->release == nullptr) return;
-  auto* p = static_cast<SchemaPrivate*>(s->private_data);
-  for (int64_t i = 0; i < s->n_children; ++i)
-    if (s->children[i]->release != nullptr) s->children[i]->release(s->children[i]);
-  if (s->dictionary != nullptr && s->dictionary->release != nullptr)
-    s->dictionary->release(s->dictionary);
+template <class T>
+void release_exported(T* x) {
+  if (x == nullptr || x->release == nullptr) return;
+  auto* p = static_cast<Exported<T>*>(x->private_data);
+  for (int64_t i = 0; i < x->n_children; ++i)
+    if (x->children[i]->release != nullptr) x->children[i]->release(x->children[i]);
+  if (x->dictionary != nullptr && x->dictionary->release != nullptr)
+    x->dictionary->release(x->dictionary);
   delete p;
-  s->release = nullptr;
+  x->release = nullptr;
 }
 
-// Fills *out (all or nothing: on an exception *out is left released).
-void fill_schema(const std::shared_ptr<const TableData>& keep, const Node& n, ArrowSchema* out) {
-  auto p = std::make_unique<SchemaPrivate>();
+void fill_exported(const std::shared_ptr<const TableData>& keep, const Node& n, ArrowSchema* out);
+void fill_exported(const std::shared_ptr<const TableData>& keep, const Node& n, ArrowArray* out);
+
+// Fills *out (all or nothing: on an exception *out is left released): the children and the
+// dictionary, then set(out) for what differs between a schema and an array.
+template <class T, class Set>
+void fill_node(const std::shared_ptr<const TableData>& keep, const Node& n, T* out, Set set) {
+  auto p = std::make_unique<Exported<T>>();
   p->keep = keep;
   p->kids.resize(n.children.size());
   p->kid_ptrs.resize(n.children.size());
   size_t filled = 0;
   try {
     for (; filled < n.children.size(); ++filled) {
-      fill_schema(keep, n.children[filled], &p->kids[filled]);
+      fill_exported(keep, n.children[filled], &p->kids[filled]);
       p->kid_ptrs[filled] = &p->kids[filled];
     }
     if (n.dictionary) {
-      p->dict = std::make_unique<ArrowSchema>();
-      fill_schema(keep, *n.dictionary, p->dict.get());
+      p->dict = std::make_unique<T>();
+      fill_exported(keep, *n.dictionary, p->dict.get());
     }
   } catch (...) {
-    for (size_t i = 0; i < filled; ++i) release_schema(&p->kids[i]);
+    for (size_t i = 0; i < filled; ++i) release_exported(&p->kids[i]);
     throw;
   }
-  out->format = n.format.c_str();  // the strings live in TableData, kept by `keep`
-  out->name = n.name.c_str();
-  out->metadata = nullptr;
-  out->flags = 0;  // no nulls anywhere
+  set(out);
   out->n_children = static_cast<int64_t>(n.children.size());
   out->children = p->kid_ptrs.empty() ? nullptr : p->kid_ptrs.data();
   out->dictionary = p->dict.get();
-  out->release = release_schema;
+  out->release = release_exported<T>;
   out->private_data = p.release();
 }
 
-struct ArrayPrivate {
-  std::shared_ptr<const TableData> keep;
-  std::vector<ArrowArray> kids;
-  std::vector<ArrowArray*> kid_ptrs;
-  std::unique_ptr<ArrowArray> dict;
-};
-
-void release_array(ArrowArray* a) {
-  if (a == nullptr || a->release == nullptr) return;
-  auto* p = static_cast<ArrayPrivate*>(a->private_data);
-  for (int64_t i = 0; i < a->n_children; ++i)
-    if (a->children[i]->release != nullptr) a->children[i]->release(a->children[i]);
-  if (a->dictionary != nullptr && a->dictionary->release != nullptr)
-    a->dictionary->release(a->dictionary);
-  delete p;
-  a->release = nullptr;
+void fill_exported(const std::shared_ptr<const TableData>& keep, const Node& n, ArrowSchema* out) {
+  fill_node(keep, n, out, [&n](ArrowSchema* o) {
+    o->format = n.format.c_str();  // the strings live in TableData, kept by `keep`
+    o->name = n.name.c_str();
+    o->metadata = nullptr;
+    o->flags = 0;  // no nulls anywhere
+  });
 }
 
-void fill_array(const std::shared_ptr<const TableData>& keep, const Node& n, ArrowArray* out) {
-  auto p = std::make_unique<ArrayPrivate>();
-  p->keep = keep;
-  p->kids.resize(n.children.size());
-  p->kid_ptrs.resize(n.children.size());
-  size_t filled = 0;
-  try {
-    for (; filled < n.children.size(); ++filled) {
-      fill_array(keep, n.children[filled], &p->kids[filled]);
-      p->kid_ptrs[filled] = &p->kids[filled];
-    }
-    if (n.dictionary) {
-      p->dict = std::make_unique<ArrowArray>();
-      fill_array(keep, *n.dictionary, p->dict.get());
-    }
-  } catch (...) {
-    for (size_t i = 0; i < filled; ++i) release_array(&p->kids[i]);
-    throw;
-  }
-  out->length = n.length;
-  out->null_count = 0;
-  out->offset = 0;
-  out->n_buffers = static_cast<int64_t>(n.buffers.size());
-  // The buffer pointers live in the Node (const, in TableData): the spec's `const void**`.
-  out->buffers = const_cast<const void**>(n.buffers.data());
-  out->n_children = static_cast<int64_t>(n.children.size());
-  out->children = p->kid_ptrs.empty() ? nullptr : p->kid_ptrs.data();
-  out->dictionary = p->dict.get();
-  out->release = release_array;
-  out->private_data = p.release();
+void fill_exported(const std::shared_ptr<const TableData>& keep, const Node& n, ArrowArray* out) {
+  fill_node(keep, n, out, [&n](ArrowArray* o) {
+    o->length = n.length;
+    o->null_count = 0;
+    o->offset = 0;
+    o->n_buffers = static_cast<int64_t>(n.buffers.size());
+    // The buffer pointers live in the Node (const, in TableData): the spec's `const void**`.
+    o->buffers = const_cast<const void**>(n.buffers.data());
+  });
 }
 
 struct StreamPrivate {
@@ -359,7 +335,7 @@ struct StreamPrivate {
 int stream_get_schema(ArrowArrayStream* s, ArrowSchema* out) {
   auto* p = static_cast<StreamPrivate*>(s->private_data);
   try {
-    fill_schema(p->data, p->data->root, out);
+    fill_exported(p->data, p->data->root, out);
     return 0;
   } catch (...) {
     p->error = "llmrr: out of memory exporting the schema of table " + p->data->name;
@@ -374,7 +350,7 @@ int stream_get_next(ArrowArrayStream* s, ArrowArray* out) {
     return 0;
   }
   try {
-    fill_array(p->data, p->data->root, out);
+    fill_exported(p->data, p->data->root, out);
     p->done = true;
     return 0;
   } catch (...) {
@@ -499,11 +475,11 @@ int llmrr_reader_table_export(const llmrr_reader_table* table, ArrowSchema* sche
   schema->release = nullptr;
   array->release = nullptr;
   return guarded("llmrr_reader_table_export", [&] {
-    fill_schema(table->data, table->data->root, schema);
+    fill_exported(table->data, table->data->root, schema);
     try {
-      fill_array(table->data, table->data->root, array);
+      fill_exported(table->data, table->data->root, array);
     } catch (...) {
-      release_schema(schema);
+      release_exported(schema);
       throw;
     }
     return LLMRR_OK;
