@@ -27,38 +27,16 @@
 namespace {
 
 using namespace llmrr;
-
-bool is_file(const std::string& p) {
-  struct stat st;
-  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-[[maybe_unused]] bool has_bytes(const std::string& p) {
-  struct stat st;
-  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-}
-
-std::string self_dir() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "";
-  std::string p(buf, static_cast<size_t>(n));
-  const size_t slash = p.rfind('/');
-  return slash == std::string::npos ? "." : p.substr(0, slash);
-}
-
-std::string absolute(const std::string& p) {
-  if (!p.empty() && p[0] == '/') return p;
-  char cwd[PATH_MAX];
-  if (::getcwd(cwd, sizeof cwd) == nullptr) return p;
-  return std::string(cwd) + "/" + p;
-}
+using cli::absolute_path;
+using cli::has_bytes;
+using cli::is_file;
+using cli::self_dir;
 
 [[maybe_unused]] std::string find_library(std::vector<std::string>* tried) {
   std::vector<std::string> candidates;
   if (const char* e = std::getenv("LLMRR_CUPTI_LIBRARY")) {  // when set, the only place
     tried->push_back(e);
-    return is_file(e) ? absolute(e) : "";
+    return is_file(e) ? absolute_path(e) : "";
   }
   const std::string dir = self_dir();
   if (!dir.empty()) {
@@ -70,7 +48,7 @@ std::string absolute(const std::string& p) {
 #endif
   for (const std::string& c : candidates) {
     tried->push_back(c);
-    if (is_file(c)) return absolute(c);
+    if (is_file(c)) return absolute_path(c);
   }
   return "";
 }
@@ -138,7 +116,7 @@ int run_record_cuda_command(int argc, char** argv) {
                                                  "libllmrr_cupti.so: expected it at one of " +
                                                      where + " (or set LLMRR_CUPTI_LIBRARY)"));
   }
-  const std::string path = absolute(out);
+  const std::string path = absolute_path(out);
   // The injection library writes "<-o>.partial-XXXXXX" (created O_EXCL here), renamed over
   // -o once the program is done and the trace reads: an earlier trace at -o stays whole
   // until then, and a stale one is never mistaken for this run's. A FIFO or a device as -o

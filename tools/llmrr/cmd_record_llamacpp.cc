@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/safeio/output.h"
@@ -24,43 +25,21 @@
 namespace {
 
 using namespace llmrr;
-
-bool has_bytes(const std::string& p) {
-  struct stat st;
-  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-}
-
-bool is_file(const std::string& p) {
-  struct stat st;
-  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string absolute(const std::string& p) {
-  if (!p.empty() && p[0] == '/') return p;
-  char cwd[PATH_MAX];
-  if (::getcwd(cwd, sizeof cwd) == nullptr) return p;
-  return std::string(cwd) + "/" + p;
-}
-
-std::string self_dir() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "";
-  std::string p(buf, static_cast<size_t>(n));
-  const size_t slash = p.rfind('/');
-  return slash == std::string::npos ? "." : p.substr(0, slash);
-}
+using cli::absolute_path;
+using cli::has_bytes;
+using cli::is_file;
+using cli::self_dir;
 
 // $LLMRR_LLAMACPP_SHIM (the only place when set), else next to this binary, else ../lib.
 std::string find_shim(std::vector<std::string>* tried) {
   if (const char* e = std::getenv("LLMRR_LLAMACPP_SHIM")) {
     tried->push_back(e);
-    return is_file(e) ? absolute(e) : "";
+    return is_file(e) ? absolute_path(e) : "";
   }
   const std::string dir = self_dir();
   for (const std::string& c : {dir + "/libllmrr_llamacpp.so", dir + "/../lib/libllmrr_llamacpp.so"}) {
     tried->push_back(c);
-    if (is_file(c)) return absolute(c);
+    if (is_file(c)) return absolute_path(c);
   }
   return "";
 }
@@ -114,7 +93,7 @@ int run_record_llamacpp_command(int argc, char** argv) {
                                       "): build llmrr with llama.cpp present (tools/setup/"
                                       "llamacpp, then reconfigure), or set LLMRR_LLAMACPP_SHIM"));
   }
-  const std::string path = absolute(out);
+  const std::string path = absolute_path(out);
   if (is_file(path) || ::access(path.c_str(), F_OK) == 0) {
     return cli::report("record-llamacpp",
                        make_error(ErrorCode::kInvalidArgument,

@@ -23,23 +23,9 @@
 namespace {
 
 using namespace llmrr;
-
-bool is_file(const std::string& p) {
-  struct stat st;
-  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-bool has_bytes(const std::string& p) {
-  struct stat st;
-  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-}
-
-std::string absolute(const std::string& p) {
-  if (!p.empty() && p[0] == '/') return p;
-  char cwd[PATH_MAX];
-  if (::getcwd(cwd, sizeof cwd) == nullptr) return p;
-  return std::string(cwd) + "/" + p;
-}
+using cli::absolute_path;
+using cli::has_bytes;
+using cli::is_file;
 
 }  // namespace
 
@@ -73,7 +59,7 @@ int run_record_vllm_command(int argc, char** argv) {
       "Exit codes: the program's exit status (128 + signal if killed); 2 bad usage or no trace\n"
       "written; 3 internal error.");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  const std::string path = absolute(out);
+  const std::string path = absolute_path(out);
   // The plugin writes "<-o>.partial-XXXXXX" (created O_EXCL here; rank r > 0 writes
   // "<partial>.rank<r>"), renamed over -o (and -o.rank<r>) when the program is done and the
   // traces read: an earlier trace at -o stays whole until then, and a stale one is never

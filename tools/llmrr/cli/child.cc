@@ -1,5 +1,7 @@
 #include "cli/child.h"
 
+#include <limits.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +12,36 @@
 #include <cstring>
 
 namespace llmrr::cli {
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+std::string self_dir() {
+  const std::string p = self_exe();
+  if (p.empty()) return "";
+  const size_t slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+std::string absolute_path(const std::string& p) {
+  if (!p.empty() && p[0] == '/') return p;
+  char cwd[PATH_MAX];
+  if (::getcwd(cwd, sizeof cwd) == nullptr) return p;
+  return std::string(cwd) + "/" + p;
+}
+
+bool is_file(const std::string& p) {
+  struct stat st;
+  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool has_bytes(const std::string& p) {
+  struct stat st;
+  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
 
 Result<int> run_program(const char* tool, std::vector<std::string> command,
                         const std::function<void()>& in_child) {

@@ -18,4 +18,13 @@ namespace llmrr::cli {
 Result<int> run_program(const char* tool, std::vector<std::string> command,
                         const std::function<void()>& in_child);
 
+// Paths the recording commands hand to a child: this binary (/proc/self/exe; "" when it cannot
+// be read), its directory, `p` made absolute against the working directory (as it is when that
+// cannot be read), and whether `p` names a regular file (with bytes in it: has_bytes).
+std::string self_exe();
+std::string self_dir();
+std::string absolute_path(const std::string& p);
+bool is_file(const std::string& p);
+bool has_bytes(const std::string& p);
+
 }  // namespace llmrr::cli

@@ -8,15 +8,11 @@
 #include <cstring>
 #include <filesystem>
 
+#include "cli/child.h"
+
 namespace llmrr::cli {
 
 namespace {
-
-std::string self_path() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
 
 // `--runtime X` / `--runtime=X` among argv[1..]: true with X in *runtime and every other
 // argument, in order, in *rest; false when the option is absent.
@@ -47,7 +43,7 @@ int exec_vllm_python(const char* command, const std::vector<std::string>& args) 
   std::string py;
   if (const char* e = std::getenv("LLMRR_VLLM_PYTHON"); e != nullptr && *e != '\0') {
     py = e;
-  } else if (const std::string self = self_path(); !self.empty()) {
+  } else if (const std::string self = self_exe(); !self.empty()) {
     namespace fs = std::filesystem;
     py = (fs::path(self).parent_path().parent_path().parent_path() / "venv-vllm" / "bin" /
           "python")
@@ -61,7 +57,7 @@ int exec_vllm_python(const char* command, const std::vector<std::string>& args) 
     return 2;
   }
   if (std::getenv("LLMRR_BIN") == nullptr) {
-    if (const std::string self = self_path(); !self.empty())
+    if (const std::string self = self_exe(); !self.empty())
       ::setenv("LLMRR_BIN", self.c_str(), 1);
   }
   std::vector<std::string> all = {py};
