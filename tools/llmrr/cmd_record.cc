@@ -154,6 +154,7 @@ struct RecordOptions {
   int zstd_level = 1;
   int summary_bits = kDefaultSummaryBits;
   bool plain_chunks = false;
+  std::string row_hash = "xxh3-64";
   bool sync = false;
   bool quiet = false;
 };
@@ -271,6 +272,11 @@ int run_record_command(int argc, char** argv) {
   app.add_option("--summary-bits", ro.summary_bits,
                  "mantissa bits kept of each site row's l2 and max |x| (0-23, default 14: ~5 "
                  "significant digits; 23 = exact). Row hashes and the logits stay exact");
+  app.add_option("--row-hash", ro.row_hash,
+                 "how site rows are hashed: xxh3-64 (default) or mixsum64, the hash llama.cpp's "
+                 "and vLLM's recorders use (then `llmrr diff` names the first site where this "
+                 "engine and theirs differ)")
+      ->check(CLI::IsMember({"xxh3-64", "mixsum64"}));
   app.add_flag("--plain-chunks", ro.plain_chunks,
                "write step chunks as format 1.2 did (no columns, exact summaries): readable by "
                "llmrr builds before format 1.3, ~30 % larger");
@@ -390,6 +396,7 @@ int run_record_command(int argc, char** argv) {
 
   trace::RunHeader header =
       make_header(o, ro, s, argc, argv, reference ? reference->run_header().run_id : "");
+  if (ro.row_hash == trace::kFingerprintMixsum) header.engine.fingerprint = trace::kFingerprintMixsum;
   if (s.config.device != Device::kCpu) {
     // The GPU the run is recorded on: a cuBLASLt plan replays bit for bit only on the same
     // GPU model and cuBLASLt version.

@@ -65,7 +65,13 @@ class Verifier final : public Observer {
  public:
   Verifier(TraceFeed& feed, const trace::TraceReader* reader, std::optional<RequestId> only,
            const Engine* engine, bool check_routing)
-      : feed_(feed), reader_(reader), only_(only), engine_(engine), check_routing_(check_routing) {}
+      : feed_(feed),
+        reader_(reader),
+        only_(only),
+        engine_(engine),
+        check_routing_(check_routing),
+        mixsum_(reader != nullptr &&
+                reader->run_header().engine.fingerprint == trace::kFingerprintMixsum) {}
 
   const std::optional<Mismatch>& mismatch() const { return mismatch_; }
   bool routing_first() const { return routing_first_; }
@@ -160,7 +166,9 @@ class Verifier final : public Observer {
     for (int64_t r = 0; r < v.rows; ++r) {
       const int64_t row = v.batch_rows ? v.batch_rows[r] : r;
       const trace::Fingerprint got =
-          v.fingerprints ? v.fingerprints[r] : trace::fingerprint_row(v.data + r * v.ld, v.cols);
+          v.fingerprints ? v.fingerprints[r]
+          : mixsum_      ? trace::fingerprint_row_mixsum64(v.data + r * v.ld, v.cols)
+                         : trace::fingerprint_row(v.data + r * v.ld, v.cols);
       const int64_t idx = row >= 0 && row < full ? index_of_[row] : -1;
       if (idx < 0) {
         fail_row(v.step, row, site_name(v.site), "fingerprint", "no row recorded", fp_text(got));
@@ -436,6 +444,7 @@ class Verifier final : public Observer {
   std::optional<RequestId> only_;
   const Engine* engine_;
   bool check_routing_;
+  bool mixsum_;  // the trace hashes rows with mixsum64 (record --row-hash mixsum64)
   bool active_ = false;
   bool routing_seen_ = false;
   bool routing_first_ = false;
