@@ -28,6 +28,7 @@ Tape::Seq& Tape::seq(int32_t s) { return seqs_[s]; }
 
 void Tape::decoded(const std::vector<BatchRow>& rows, const std::vector<const float*>& row_logits,
                    std::vector<SiteFingerprints> sites) {
+  check_cuts(rows);
   auto step = std::make_shared<TapeStep>();
   step->sites = std::move(sites);
   std::vector<int64_t> present;
@@ -198,6 +199,48 @@ void Tape::end_request(int64_t r, bool by_clear) {
   if (s.request == r) s.request = -1;
 }
 
+void Tape::memory_diverges(const std::string& call, const std::string& why) {
+  if (!unrepeatable_.empty()) return;
+  unrepeatable_ = "before step " + std::to_string(written_ + static_cast<int64_t>(tape_.size())) +
+                  ", " + call + " " + why;
+  lossy(unrepeatable_ + ": where the rows decoded after it sit in the KV cache, and so the order "
+        "attention sums over them, is not in the trace, and a replay may differ from that step "
+        "on (llama-server keeps to the memory calls a replay repeats with --no-cache-idle-slots "
+        "--cache-ram 0)");
+}
+
+void Tape::check_cuts(const std::vector<BatchRow>& rows) {
+  std::map<int32_t, int32_t> first;  // sequence -> position of its first row in the batch
+  for (const BatchRow& r : rows) first.emplace(r.seq, r.pos);
+  const bool probing = !any_sampled_;  // a warmup or probe: llama_memory_clear follows
+  for (const auto& [sid, p0] : cuts_) {
+    auto it = first.find(sid);
+    if (probing || (it != first.end() && it->second == p0)) continue;
+    memory_diverges("llama_memory_seq_rm(" + std::to_string(sid) + ", " + std::to_string(p0) +
+                        ", -1)",
+                    it == first.end()
+                        ? "freed KV cells of a sequence the next decode does not continue "
+                          "(llama-server does so to idle slots with --cache-idle-slots, its default)"
+                        : "freed KV cells of a sequence the next decode continues at position " +
+                              std::to_string(it->second) + ", not there");
+    break;
+  }
+  cuts_.clear();
+  if (probing) return;
+  // A replay cuts a sequence back where each of its requests starts; where the program did
+  // not, the replay would free cells the program kept.
+  for (const auto& [sid, p] : first) {
+    auto s = seqs_.find(sid);
+    if (s == seqs_.end() || p < 0 || static_cast<size_t>(p) >= s->second.tokens.size()) continue;
+    memory_diverges("a decode at position " + std::to_string(p) + " of sequence " +
+                        std::to_string(sid),
+                    "wrote over " + std::to_string(s->second.tokens.size() - p) +
+                        " positions the sequence still held (no llama_memory_seq_rm before it; "
+                        "a replay removes them)");
+    break;
+  }
+}
+
 void Tape::seq_rm(int32_t sid, int32_t p0, int32_t p1) {
   auto apply = [&](int32_t id, Seq& s) {
     const int32_t n = static_cast<int32_t>(s.tokens.size());
@@ -207,10 +250,16 @@ void Tape::seq_rm(int32_t sid, int32_t p0, int32_t p1) {
     if (s.request >= 0) end_request(s.request, false);
     if (b >= n) {
       s.tokens.resize(a);
+      auto [it, added] = cuts_.emplace(id, a);
+      if (!added) it->second = std::min(it->second, a);
     } else {
       for (int32_t p = a; p < b; ++p) s.tokens[p] = -1;
+      if (any_sampled_)
+        memory_diverges("llama_memory_seq_rm(" + std::to_string(id) + ", " + std::to_string(p0) +
+                            ", " + std::to_string(p1) + ")",
+                        "freed KV cells inside the sequence (a replay cuts sequences only at "
+                        "their ends)");
     }
-    (void)id;
   };
   if (sid < 0) {
     for (auto& [id, s] : seqs_) apply(id, s);
@@ -227,6 +276,10 @@ void Tape::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
   const std::vector<int32_t> from = seq(src).tokens;
   const int32_t a = p0 < 0 ? 0 : p0;
   const int32_t b = std::min<int32_t>(p1 < 0 ? INT_MAX : p1, static_cast<int32_t>(from.size()));
+  if (a < b && any_sampled_)
+    memory_diverges("llama_memory_seq_cp(" + std::to_string(src) + ", " + std::to_string(dst) +
+                        ", " + std::to_string(p0) + ", " + std::to_string(p1) + ")",
+                    "shared KV cells between sequences");
   if (d.tokens.size() < static_cast<size_t>(std::max(a, b))) d.tokens.resize(std::max(a, b), -1);
   for (int32_t p = a; p < b; ++p) d.tokens[p] = from[p];
   flush();
@@ -235,6 +288,9 @@ void Tape::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
 void Tape::seq_keep(int32_t keep) {
   for (auto& [id, s] : seqs_) {
     if (id == keep) continue;
+    if (!s.tokens.empty() && any_sampled_)
+      memory_diverges("llama_memory_seq_keep(" + std::to_string(keep) + ")",
+                      "freed the KV cells of sequence " + std::to_string(id));
     if (s.request >= 0) end_request(s.request, false);
     s.tokens.clear();
   }
@@ -253,6 +309,8 @@ void Tape::seq_shift(int32_t sid, const char* what) {
 }
 
 void Tape::clear() {
+  if (any_sampled_) memory_diverges("llama_memory_clear", "emptied the KV cache");
+  cuts_.clear();
   for (auto& [id, s] : seqs_) {
     if (s.request >= 0) end_request(s.request, true);
     s.tokens.clear();
@@ -266,6 +324,9 @@ std::vector<int32_t> Tape::seq_tokens(int32_t sid) const {
 }
 
 void Tape::set_seq_tokens(int32_t sid, std::vector<int32_t> tokens) {
+  memory_diverges("llama_state_seq_set_data_ext(sequence " + std::to_string(sid) + ")",
+                  "restored a saved sequence into new KV cells (llama-server's prompt cache, "
+                  "--cache-ram)");
   Seq& s = seq(sid);
   if (s.request >= 0) end_request(s.request, false);
   s.tokens = std::move(tokens);

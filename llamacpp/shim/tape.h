@@ -86,6 +86,14 @@ class Tape {
   std::vector<int32_t> seq_tokens(int32_t seq) const;
   void set_seq_tokens(int32_t seq, std::vector<int32_t> tokens);
 
+  // Where a decode's rows land in the KV cache (and so the order attention sums them in)
+  // follows every memory call since the context was made. A replay (llmrr-llamacpp-replay)
+  // repeats the recorded decodes and one memory call: before a request's first rows, its
+  // sequence is cut back to where the request starts. Any other call that frees, copies or
+  // restores cells is not in the trace: the first one marks the trace lossy, naming it.
+  // Empty while every memory call so far is one the replay repeats.
+  const std::string& unrepeatable() const { return unrepeatable_; }
+
   // Ends every request and writes every step still on the tape.
   void finish_all();
 
@@ -122,6 +130,8 @@ class Tape {
   Seq& seq(int32_t s);
   void end_request(int64_t r, bool by_clear);
   void resolve_token(Request& q, int32_t token);
+  void memory_diverges(const std::string& call, const std::string& why);
+  void check_cuts(const std::vector<BatchRow>& rows);
   void flush();
   void write(TapeStep& s);
   bool eog(int32_t token) const;
@@ -141,6 +151,10 @@ class Tape {
   uint64_t next_out_id_ = 0;
   bool any_sampled_ = false;
   bool forced_ = false;
+  // seq -> first position a removal freed, waiting for that sequence's next request to start
+  // there in the next decode (what the replay repeats)
+  std::map<int32_t, int32_t> cuts_;
+  std::string unrepeatable_;
 };
 
 }  // namespace llmrr::llamacpp

@@ -1,6 +1,7 @@
 """llama-server -np 4 under `llmrr record-llamacpp` (SmolLM2 Q4_1, CPU): ten greedy completions
 arriving at different times with different lengths, a prompt asked again after it finished (a
-prompt-cache hit: the segment's `cached` says how much was reused). The trace verifies and holds
+prompt-cache hit: the segment's `cached` says how much was reused). The trace verifies (lossy
+only for the server's memory calls a replay cannot repeat: its idle-slot clearing) and holds
 one request per completion, with the server's prompt tokens and exactly the tokens it returned,
 each the top-1 of the logits row credited to it."""
 import os
@@ -48,12 +49,17 @@ class ServerTest(unittest.TestCase):
         cls.jobs, cls.log = r["jobs"], r["log"]
         cls.t = Trace("run.trace")
 
-    def test_trace_verifies_complete_not_lossy(self):
+    def test_trace_verifies_complete_lossy_only_for_memory_calls(self):
         self.assertEqual(self.rc, 0, self.log[-3000:])
-        llmrr("verify", "run.trace")
+        out = llmrr("verify", "run.trace").stdout
         h = [r for r in self.t.records if r.get("type") == "header"][0]
         self.assertTrue(h["complete"])
-        self.assertFalse(h["lossy"], self.log[-3000:])
+        # The server's defaults clear idle slots at each new task (and restore prompts from
+        # its RAM cache): every batch, logits row and token is in the trace, and the trace
+        # says it misses those memory calls, naming the first (test_server_replay.py replays).
+        self.assertTrue(h["lossy"], out)
+        self.assertRegex(out, r"lossy: before step \d+, (llama_memory_seq_rm|"
+                              r"llama_state_seq_set_data_ext)\(", self.log[-3000:])
 
     def test_one_request_per_completion_with_the_servers_tokens(self):
         self.assertEqual(len(self.t.requests), len(self.responses))

@@ -131,10 +131,12 @@ int replay(int argc, char** argv) {
                                        out + ": exists; replay never overwrites a file (choose "
                                              "another -o or remove it)"));
   std::string capture = "layers";
+  std::string lossy;  // the recording's own account of what it is missing
   {
     auto r = trace::TraceReader::open(path);
     if (!r.ok()) return report("replay", r.status());
     capture = trace::capture_level_name((*r)->run_header().engine.capture);
+    if ((*r)->lossy()) lossy = (*r)->lossy_reason();
   }
   if (Status st = safeio::check_output_file(out, "-o", {path}); !st.ok())
     return report("replay", st);
@@ -178,9 +180,13 @@ int replay(int argc, char** argv) {
     std::printf("bit-exact: %lld steps, %lld rows (every fingerprint, logits row and token as "
                 "recorded)\n",
                 static_cast<long long>(steps), static_cast<long long>(rows));
+    if (!lossy.empty()) std::printf("the recording is lossy: %s\n", lossy.c_str());
     return kExitOk;
   }
   std::fputs(text.c_str(), stdout);
+  // A llama.cpp recording that misses memory calls says which one first (KV cell placement
+  // then differs from that step on): the reason a replay differs, named.
+  if (!lossy.empty()) std::printf("the recording is lossy: %s\n", lossy.c_str());
   return *d == 1 ? kExitDiffer : *d;
 }
 
