@@ -28,6 +28,7 @@ using llmrr::Result;
 using llmrr::Status;
 using llmrr::cread::Column;
 using llmrr::cread::Table;
+using llmrr::cread::guarded;
 namespace trace = llmrr::trace;
 
 namespace {
@@ -135,20 +136,6 @@ int find_column(const llmrr_reader* r, const char* fn, const char* table, const 
                     (column ? column : "(null)") + "' (columns: " + t->listing + ")");
   *out = c;
   return LLMRR_OK;
-}
-
-// Exceptions (bad_alloc, a json failure) never cross the ABI.
-template <typename F>
-int guarded(const char* fn, F&& body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return fail(ErrorCode::kResourceLimit, std::string(fn) + ": out of memory");
-  } catch (const std::exception& e) {
-    return fail(ErrorCode::kInternal, std::string(fn) + ": " + e.what());
-  } catch (...) {
-    return fail(ErrorCode::kInternal, std::string(fn) + ": unknown exception");
-  }
 }
 
 }  // namespace

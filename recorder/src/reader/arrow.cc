@@ -25,6 +25,7 @@ using llmrr::ErrorCode;
 using llmrr::Status;
 using llmrr::cread::Column;
 using llmrr::cread::Table;
+using llmrr::cread::guarded;
 
 namespace {
 
@@ -372,19 +373,6 @@ void stream_release(ArrowArrayStream* s) {
 
 int fail(ErrorCode code, const std::string& message) {
   return llmrr::cread::fail_call(Status(code, message));
-}
-
-template <typename F>
-int guarded(const char* fn, F&& body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return fail(ErrorCode::kResourceLimit, std::string(fn) + ": out of memory");
-  } catch (const std::exception& e) {
-    return fail(ErrorCode::kInternal, std::string(fn) + ": " + e.what());
-  } catch (...) {
-    return fail(ErrorCode::kInternal, std::string(fn) + ": unknown exception");
-  }
 }
 
 bool known_table(const char* name) {

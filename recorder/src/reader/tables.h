@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -67,6 +69,21 @@ Result<TableSet> read_tables(const trace::TraceReader& r, int64_t first, int64_t
 
 // Sets llmrr_reader_last_error to `st` and returns its code (c_api_read.cc).
 int fail_call(const Status& st);
+
+// Runs an ABI call's body; exceptions (bad_alloc, a json failure) never cross the ABI: they
+// become the call's error code and last error, prefixed with the function's name.
+template <typename F>
+int guarded(const char* fn, F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail_call(Status(ErrorCode::kResourceLimit, std::string(fn) + ": out of memory"));
+  } catch (const std::exception& e) {
+    return fail_call(Status(ErrorCode::kInternal, std::string(fn) + ": " + e.what()));
+  } catch (...) {
+    return fail_call(Status(ErrorCode::kInternal, std::string(fn) + ": unknown exception"));
+  }
+}
 
 }  // namespace llmrr::cread
 
