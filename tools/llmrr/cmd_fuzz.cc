@@ -197,6 +197,11 @@ int run_fuzz_command(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "merge") return run_merge(argc - 1, argv + 1);
   // `llmrr fuzz --runtime vllm ARGS`: the campaign runs in vLLM, by the python module
   // llmrr.vllm_fuzz (python/llmrr/vllm_fuzz.py) in the vLLM venv.
+  // `--runtime llamacpp`: llama-server runs under record-llamacpp, driven by the stdlib-only
+  // script python/llmrr/llamacpp_fuzz.py in python3.
+  if (int rc = 0; cli::run_in_python("fuzz", "llamacpp", "llmrr/llamacpp_fuzz.py", argc, argv,
+                                     &rc))
+    return rc;
   if (int rc = 0; cli::run_in_vllm("fuzz", {"-m", "llmrr.vllm_fuzz"}, argc, argv, &rc)) return rc;
   CLI::App app{
       "llmrr fuzz: run a prompt under many batch compositions and report what splits it"};
@@ -220,6 +225,7 @@ int run_fuzz_command(int argc, char** argv) {
       "  mkdir -p fz && llmrr fuzz ... --runs 1000 --shard 3/8 --out fz/shard-3   # task 3 of 8\n"
       "  llmrr fuzz merge fz/shard-* --out fz/all\n"
       "  llmrr fuzz --runtime vllm MODEL_DIR --runs 200 -o fz/vllm   # python -m llmrr.vllm_fuzz\n"
+      "  llmrr fuzz --runtime llamacpp --model M.gguf --runs 200 --out fz/lc   # llama-server\n"
       "\nExit: 0 no run split, 1 some run split, 2 bad input or usage, 3 internal error.");
   cli::EngineOptions o;
   int64_t runs = -1;

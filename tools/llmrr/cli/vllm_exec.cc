@@ -91,4 +91,39 @@ bool run_in_vllm(const char* command, std::vector<std::string> module_args, int 
   return true;
 }
 
+bool run_in_python(const char* command, const char* runtime, const char* script, int argc,
+                   char** argv, int* rc) {
+  std::string found;
+  std::vector<std::string> rest;
+  if (!take_runtime(argc, argv, &found, &rest) || found != runtime) return false;
+  *rc = 2;
+  namespace fs = std::filesystem;
+  const std::string self = self_exe();
+  if (self.empty()) {
+    std::fprintf(stderr, "llmrr %s: error: --runtime %s: cannot find this binary's path\n",
+                 command, runtime);
+    return true;
+  }
+  if (std::getenv("LLMRR_BIN") == nullptr) ::setenv("LLMRR_BIN", self.c_str(), 1);
+  // build/<preset>/tools/llmrr -> the checkout's python/SCRIPT
+  std::string path =
+      (fs::path(self).parent_path().parent_path().parent_path().parent_path() / "python" / script)
+          .string();
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    std::fprintf(stderr, "llmrr %s: error: --runtime %s needs %s, not found (a checkout's build)\n",
+                 command, runtime, path.c_str());
+    return true;
+  }
+  std::vector<std::string> all = {"python3", path};
+  all.insert(all.end(), rest.begin(), rest.end());
+  std::vector<char*> args;
+  for (std::string& a : all) args.push_back(a.data());
+  args.push_back(nullptr);
+  ::execvp("python3", args.data());
+  std::fprintf(stderr, "llmrr %s: error: --runtime %s needs python3 on PATH: %s\n", command,
+               runtime, std::strerror(errno));
+  return true;
+}
+
 }  // namespace llmrr::cli

@@ -17,4 +17,13 @@ namespace llmrr::cli {
 bool run_in_vllm(const char* command, std::vector<std::string> module_args, int argc,
                  char** argv, int* rc);
 
+// `llmrr COMMAND --runtime RUNTIME ...` for a stdlib-only script of the llmrr package (e.g.
+// llmrr/llamacpp_fuzz.py): true when argv names exactly `runtime`; then this process is
+// replaced by python3 from PATH running the checkout's python/`script` (python/ beside this
+// binary's build folder; run as a file, so the package's numpy-using __init__ is not imported)
+// with every other argument and $LLMRR_BIN set to this binary; *rc is 2, said, only when that
+// cannot be done. False: no --runtime or another one (the caller goes on, e.g. to run_in_vllm).
+bool run_in_python(const char* command, const char* runtime, const char* script, int argc,
+                   char** argv, int* rc);
+
 }  // namespace llmrr::cli
