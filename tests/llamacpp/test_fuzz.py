@@ -1,0 +1,78 @@
+"""`llmrr fuzz --runtime llamacpp` (python/llmrr/llamacpp_fuzz.py): six drawn llama-server runs
+under record-llamacpp; the summary's counts add up to the runs, every trace verified, each
+run's class agrees with the server's own text (visible iff it differs from the baseline's), and
+the target alone twice (no co-requests, -np 1) is classified identical. Refusals: an existing
+--out, --runs 0, a missing model: exit 2 with one line, nothing written."""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lc_common import LLMRR, model_path, require_llamacpp  # noqa: E402
+
+require_llamacpp()
+MODEL = model_path()
+
+
+def fuzz(*args):
+    return subprocess.run([LLMRR, "fuzz", "--runtime", "llamacpp", "--model", MODEL, *args],
+                          capture_output=True, text=True)
+
+
+class LlamacppFuzzTest(unittest.TestCase):
+    def test_six_runs(self):
+        p = fuzz("--runs", "6", "--seed", "3", "--n-predict", "8", "--out", "fz")
+        self.assertIn(p.returncode, (0, 1), p.stderr[-3000:])
+        s = json.load(open("fz/summary.json"))
+        self.assertEqual(s["runs"], 6)
+        self.assertEqual(len(s["results"]), 6)
+        self.assertEqual(sum(s["counts"].values()), 6)
+        self.assertEqual(s["verified"], 6)
+        for name, table in s["by"].items():
+            self.assertEqual(sum(b["runs"] for b in table.values()), 6, name)
+        self.assertEqual(p.returncode, 1 if s["counts"]["identical"] < 6 else 0)
+        self.assertTrue(os.path.isfile("fz/traces/baseline.trace"))
+        self.assertEqual(subprocess.run([LLMRR, "verify", "fz/traces/baseline.trace"],
+                                        capture_output=True).returncode, 0)
+        md = open("fz/summary.md").read()
+        self.assertIn("| identical | %d |" % s["counts"]["identical"], md)
+        for r in s["results"]:
+            # the server's own text: a visible split iff it differs from the baseline's
+            self.assertEqual(r["verdict"] == "visible", r["text"] != s["baseline_text"], r)
+            if r["verdict"] != "identical":
+                self.assertGreaterEqual(r["first_step"], 0, r)
+                self.assertTrue(r["first_site"], r)
+                self.assertTrue(os.path.isfile("fz/traces/run%d.trace" % r["run"]))
+        self.assertFalse([f for f in os.listdir(".") if f.startswith(".llamacpp-fuzz-")])
+
+    def test_target_alone_is_identical(self):
+        # no co-requests and one slot: the target alone twice, as the baseline was
+        p = fuzz("--runs", "2", "--seed", "0", "--n-predict", "8", "--max-co", "0",
+                 "--slots", "1", "--out", "alone")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr[-3000:])
+        s = json.load(open("alone/summary.json"))
+        self.assertEqual(s["counts"], {"identical": 2, "numerical": 0, "visible": 0})
+        self.assertTrue(all(r["first_site"] is None and r["text"] == s["baseline_text"]
+                            for r in s["results"]))
+
+    def test_refusals(self):
+        os.makedirs("taken", exist_ok=True)
+        for args, what in ((("--runs", "1", "--out", "taken"), "exists"),
+                           (("--runs", "0", "--out", "new"), "--runs"),
+                           (("--runs", "1", "--out", "new", "--slots", "0"), "--slots")):
+            p = fuzz(*args)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(what, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        p = subprocess.run([LLMRR, "fuzz", "--runtime", "llamacpp", "--model", "no.gguf",
+                            "--runs", "1", "--out", "new"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("no such file", p.stderr)
+        self.assertFalse(os.path.exists("new"))
+        self.assertEqual(os.listdir("taken"), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
