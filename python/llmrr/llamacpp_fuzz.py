@@ -172,7 +172,7 @@ def compare(binary, base, trace):
         raise RuntimeError("llmrr diff %s %s: the target is not paired" % (base, trace))
     q = reqs[0]
     c = {"verdict": "identical", "diff_verdict": q.get("verdict"), "first_step": -1,
-         "first_site": None, "first_position": -1, "visible_token": -1}
+         "first_site": None, "first_position": -1, "visible_token": -1, "first_batch": None}
     if q.get("numerical_split"):
         c["verdict"] = "numerical"
     if q.get("visible_split"):
@@ -183,6 +183,9 @@ def compare(binary, base, trace):
         c["first_step"] = f.get("step_b", -1)
         c["first_site"] = f.get("site")
         c["first_position"] = f.get("position", -1)
+        b = f.get("batch_b") or {}
+        # the run's batch at the first difference: its rows, requests, prefill segments
+        c["first_batch"] = {k: b.get(k, -1) for k in ("rows", "requests", "prefill_segments")}
     return c
 
 
@@ -224,9 +227,9 @@ def markdown(s):
     out += ["", "%d runs, %d traces verified, %.0f s; baseline text: %s"
             % (s["runs"], s["verified"], s["seconds"], json.dumps(s["baseline_text"]))]
     for e in s["examples"]:
-        out.append("- run %d (%s): %s, first difference step %d, site %s"
+        out.append("- run %d (%s): %s, first difference step %d, site %s, in a batch of %s"
                    % (e["run"], json.dumps(e["config"]), e["verdict"], e["first_step"],
-                      e["first_site"]))
+                      e["first_site"], json.dumps(e["first_batch"])))
     return "\n".join(out) + "\n"
 
 
