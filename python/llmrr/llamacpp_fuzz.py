@@ -93,7 +93,7 @@ def serve_and_send(a, binary, trace, cfg):
     """One llama-server under record-llamacpp; the target and the co-requests, each in its own
     thread after its delay; SIGTERM. Returns the target's response."""
     port = free_port()
-    cmd = [binary, "record-llamacpp", "-o", trace, "--capture", "layers", "--",
+    cmd = [binary, "record-llamacpp", "-o", trace, "--capture", a.capture, "--",
            a.llama_server, "-m", a.model, "-np", str(cfg["np"]), "-t", "2", "-c", "2048",
            "-b", str(cfg["n_batch"]), "-ub", str(cfg["n_ubatch"]), "--kv-unified",
            "--host", "127.0.0.1", "--port", str(port), *REPEATABLE]
@@ -244,6 +244,8 @@ def main(argv=None):
     p.add_argument("--max-co", type=int, default=5, help="co-requests per run, at most (5)")
     p.add_argument("--max-delay-ms", type=int, default=300,
                    help="arrival delays drawn from 0..this (default 300)")
+    p.add_argument("--capture", choices=("none", "layers", "all"), default="layers",
+                   help="record-llamacpp's fingerprints (default layers; all names the op)")
     p.add_argument("--slots", type=int, default=4, help="-np drawn from 1..this (default 4)")
     p.add_argument("--llama-server", default=None,
                    help="default: $LLMRR_LLAMACPP_DIR/bin/llama-server, else build/llamacpp")
