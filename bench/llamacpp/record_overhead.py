@@ -11,20 +11,25 @@ Needs tools/setup/llamacpp (build/llamacpp) and tools/setup/smollm2 (the GGUF). 
 quiet machine: llama.cpp's OpenMP threads spin, so a second busy process skews every mode.
 """
 import argparse
-import json
+import importlib.util
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# llama-server's client side (free port, /completion, /health) is llmrr.llamacpp_fuzz's, loaded
+# by path: that module is stdlib-only, while importing the llmrr package needs numpy.
+_spec = importlib.util.spec_from_file_location(
+    "llamacpp_fuzz", os.path.join(ROOT, "python", "llmrr", "llamacpp_fuzz.py"))
+lcf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(lcf)
+
 PROMPTS = ["The capital of France is", "Write a haiku about the sea.",
            "List three prime numbers:", "Explain what a compiler does in one sentence."]
 
@@ -34,44 +39,20 @@ def die(msg):
     sys.exit(2)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def post(port, body):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion",
-                                 data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return json.loads(r.read())
-
-
 def start(args, mode, trace, log):
-    port = free_port()
+    port = lcf.free_port()
     server = [os.path.join(args.llamacpp, "bin", "llama-server"), "-m", args.model,
               "-np", "4", "-t", str(args.threads), "-c", "4096", "--kv-unified",
               "--host", "127.0.0.1", "--port", str(port)]
     cmd = server if mode == "off" else [args.llmrr, "record-llamacpp", "-o", trace,
                                         "--capture", mode, "--"] + server
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 120
-    while True:
-        if proc.poll() is not None:
-            die(f"{mode}: the server exited with {proc.returncode} (log {log.name})")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                if r.status == 200:
-                    return proc, port
-        except OSError:
-            pass
-        if time.time() > deadline:
-            proc.kill()
-            die(f"{mode}: the server was not healthy after 120 s (log {log.name})")
-        time.sleep(0.2)
+    try:
+        lcf.wait_healthy(proc, port, 120, log.name)
+    except RuntimeError as e:
+        proc.kill()
+        die(f"{mode}: {e}")
+    return proc, port
 
 
 def burst(port, tokens, reps):
@@ -81,8 +62,9 @@ def burst(port, tokens, reps):
     def client(i):
         try:
             for r in range(reps):
-                out = post(port, {"prompt": PROMPTS[i], "n_predict": tokens, "temperature": 0.0,
-                                  "top_k": 1, "cache_prompt": False, "seed": r})
+                out = lcf.post(port, {"prompt": PROMPTS[i], "n_predict": tokens,
+                                      "temperature": 0.0, "top_k": 1, "cache_prompt": False,
+                                      "seed": r})
                 counts.append(int(out["tokens_predicted"]))
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))
@@ -129,7 +111,7 @@ def main():
                 with open(os.path.join(tmp, f"{mode}-{rnd}.log"), "w") as log:
                     proc, port = start(args, mode, trace, log)
                     try:
-                        post(port, {"prompt": "Hello", "n_predict": 8, "temperature": 0.0})
+                        lcf.post(port, {"prompt": "Hello", "n_predict": 8, "temperature": 0.0})
                         n, secs = burst(port, args.tokens, args.reps)
                     finally:
                         proc.send_signal(signal.SIGTERM)

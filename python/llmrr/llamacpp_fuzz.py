@@ -89,6 +89,24 @@ def post(port, body, timeout=300):
         return json.loads(r.read())
 
 
+def wait_healthy(proc, port, seconds, log_name):
+    """Waits until llama-server on `port` answers /health with 200; RuntimeError when `proc`
+    exits first or `seconds` pass."""
+    deadline = time.time() + seconds
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError("llama-server exited with %d (see %s)" % (proc.returncode, log_name))
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        if time.time() > deadline:
+            raise RuntimeError("llama-server not healthy after %d s" % seconds)
+        time.sleep(0.1)
+
+
 def serve_and_send(a, binary, trace, cfg):
     """One llama-server under record-llamacpp; the target and the co-requests, each in its own
     thread after its delay; SIGTERM. Returns the target's response."""
@@ -104,21 +122,7 @@ def serve_and_send(a, binary, trace, cfg):
     with open(trace + ".log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
-            deadline = time.time() + 180
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError("llama-server exited with %d (see %s.log)"
-                                       % (proc.returncode, trace))
-                try:
-                    with urllib.request.urlopen("http://127.0.0.1:%d/health" % port,
-                                                timeout=5) as r:
-                        if r.status == 200:
-                            break
-                except Exception:  # noqa: BLE001 - not up yet
-                    pass
-                if time.time() > deadline:
-                    raise RuntimeError("llama-server not healthy after 180 s")
-                time.sleep(0.1)
+            wait_healthy(proc, port, 180, trace + ".log")
             jobs = [(cfg["target_delay_ms"], TARGET, a.n_predict)]
             jobs += [(c["delay_ms"], c["prompt"], c["n_predict"]) for c in cfg["co"]]
             out = [None] * len(jobs)
