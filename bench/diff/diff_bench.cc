@@ -33,7 +33,7 @@
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/format/trace_writer.h"
 #include "llmrr/replayer/diff.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 extern char** environ;
 

@@ -14,6 +14,54 @@ static_assert(offsetof(Fingerprint, hash) == 0 && offsetof(Fingerprint, l2) == 8
                   offsetof(Fingerprint, max_abs) == 12,
               "Fingerprint layout must match the schema struct");
 
+// The schema's enums are the vocabulary's (vocab.h): same names, same values, so the
+// conversions are static_casts. A value added to one and not the other fails here.
+#define LLMRR_SAME_VALUE(E, a, b) \
+  static_assert(static_cast<int>(E::a) == static_cast<int>(fb::E::b), #E "::" #a " vs llmrr.fbs")
+LLMRR_SAME_VALUE(OpKind, kGemm, Gemm);
+LLMRR_SAME_VALUE(OpKind, kRmsNorm, RmsNorm);
+LLMRR_SAME_VALUE(OpKind, kAttention, Attention);
+LLMRR_SAME_VALUE(OpKind, kCombine, Combine);
+static_assert(static_cast<int>(fb::OpKind::MAX) == 3, "OpKind: a value llmrr.fbs has and vocab.h lacks");
+LLMRR_SAME_VALUE(SplitMode, kCount, Count);
+LLMRR_SAME_VALUE(SplitMode, kSize, Size);
+static_assert(static_cast<int>(fb::SplitMode::MAX) == 1, "SplitMode vs llmrr.fbs");
+LLMRR_SAME_VALUE(CombineOrder, kFixed, Fixed);
+LLMRR_SAME_VALUE(CombineOrder, kArrival, Arrival);
+static_assert(static_cast<int>(fb::CombineOrder::MAX) == 1, "CombineOrder vs llmrr.fbs");
+LLMRR_SAME_VALUE(SegmentKind, kPrefill, Prefill);
+LLMRR_SAME_VALUE(SegmentKind, kDecode, Decode);
+static_assert(static_cast<int>(fb::SegmentKind::MAX) == 1, "SegmentKind vs llmrr.fbs");
+LLMRR_SAME_VALUE(RouteOutcome, kKept, Kept);
+LLMRR_SAME_VALUE(RouteOutcome, kRerouted, Rerouted);
+LLMRR_SAME_VALUE(RouteOutcome, kDropped, Dropped);
+static_assert(static_cast<int>(fb::RouteOutcome::MAX) == 2, "RouteOutcome vs llmrr.fbs");
+LLMRR_SAME_VALUE(FinishReason, kEos, Eos);
+LLMRR_SAME_VALUE(FinishReason, kMaxTokens, MaxTokens);
+LLMRR_SAME_VALUE(FinishReason, kAborted, Aborted);
+static_assert(static_cast<int>(fb::FinishReason::MAX) == 2, "FinishReason vs llmrr.fbs");
+LLMRR_SAME_VALUE(OverflowPolicy, kDrop, Drop);
+LLMRR_SAME_VALUE(OverflowPolicy, kNextBest, NextBest);
+static_assert(static_cast<int>(fb::OverflowPolicy::MAX) == 1, "OverflowPolicy vs llmrr.fbs");
+LLMRR_SAME_VALUE(CaptureLevel, kNone, None);
+LLMRR_SAME_VALUE(CaptureLevel, kLayers, Layers);
+LLMRR_SAME_VALUE(CaptureLevel, kAll, All);
+static_assert(static_cast<int>(fb::CaptureLevel::MAX) == 2, "CaptureLevel vs llmrr.fbs");
+LLMRR_SAME_VALUE(LogitsMode, kTopK, TopK);
+LLMRR_SAME_VALUE(LogitsMode, kFull, Full);
+static_assert(static_cast<int>(fb::LogitsMode::MAX) == 1, "LogitsMode vs llmrr.fbs");
+LLMRR_SAME_VALUE(DType, kF32, F32);
+LLMRR_SAME_VALUE(DType, kBF16, BF16);
+LLMRR_SAME_VALUE(DType, kF16, F16);
+LLMRR_SAME_VALUE(DType, kF64, F64);
+LLMRR_SAME_VALUE(DType, kI8, I8);
+LLMRR_SAME_VALUE(DType, kU8, U8);
+LLMRR_SAME_VALUE(DType, kI16, I16);
+LLMRR_SAME_VALUE(DType, kI32, I32);
+LLMRR_SAME_VALUE(DType, kI64, I64);
+static_assert(static_cast<int>(fb::DType::MAX) == 8, "DType vs llmrr.fbs");
+#undef LLMRR_SAME_VALUE
+
 void KindCounters::add(const KindCounters& o) {
   arrivals += o.arrivals;
   segments += o.segments;

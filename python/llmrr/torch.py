@@ -10,7 +10,7 @@ across calls), its real tokens (mask 1) are one segment at their positions (coun
 mask, as transformers counts them), and padding rows (mask 0, or rows of requests that have
 already finished) are segments of one request labelled "padding", so the step's batch holds
 every row the kernels ran on. Forward hooks name what they see with llmrr's sites
-(runtime/include/llmrr/runtime/site.h):
+(runtime/include/llmrr/format/site.h):
 
     embed_tokens -> embed                    layers[i] -> L<i>.out
     input_layernorm -> L<i>.attn_norm        post_attention_layernorm -> L<i>.mlp_norm

@@ -18,12 +18,44 @@
 #include "c_api_internal.h"
 #include "llmrr/format/fingerprint.h"
 #include "llmrr/format/status.h"
+#include "llmrr/format/vocab.h"
 #include "llmrr/kernels/plan.h"
 #include "llmrr/recorder/trace_recorder.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 #include "llmrr/safeio/json.h"
 
 using namespace llmrr::c_api_internal;
+
+// The C ABI's numbers are the trace's vocabulary (llmrr/format/vocab.h): a caller's value is
+// the record's value, no table in between. tests/python/test_abi_constants.py checks
+// Python's copies (python/llmrr/_lib.py) against these macros.
+#define LLMRR_ABI_IS(macro, E, v) \
+  static_assert((macro) == static_cast<int>(llmrr::trace::E::v), #macro " vs vocab.h " #E "::" #v)
+LLMRR_ABI_IS(LLMRR_DTYPE_F32, DType, kF32);
+LLMRR_ABI_IS(LLMRR_DTYPE_BF16, DType, kBF16);
+LLMRR_ABI_IS(LLMRR_DTYPE_F16, DType, kF16);
+LLMRR_ABI_IS(LLMRR_CAPTURE_NONE, CaptureLevel, kNone);
+LLMRR_ABI_IS(LLMRR_CAPTURE_LAYERS, CaptureLevel, kLayers);
+LLMRR_ABI_IS(LLMRR_CAPTURE_ALL, CaptureLevel, kAll);
+LLMRR_ABI_IS(LLMRR_LOGITS_TOPK, LogitsMode, kTopK);
+LLMRR_ABI_IS(LLMRR_LOGITS_FULL, LogitsMode, kFull);
+LLMRR_ABI_IS(LLMRR_OP_GEMM, OpKind, kGemm);
+LLMRR_ABI_IS(LLMRR_OP_RMSNORM, OpKind, kRmsNorm);
+LLMRR_ABI_IS(LLMRR_OP_ATTENTION, OpKind, kAttention);
+LLMRR_ABI_IS(LLMRR_OP_COMBINE, OpKind, kCombine);
+LLMRR_ABI_IS(LLMRR_SPLIT_COUNT, SplitMode, kCount);
+LLMRR_ABI_IS(LLMRR_SPLIT_SIZE, SplitMode, kSize);
+LLMRR_ABI_IS(LLMRR_ORDER_FIXED, CombineOrder, kFixed);
+LLMRR_ABI_IS(LLMRR_ORDER_ARRIVAL, CombineOrder, kArrival);
+LLMRR_ABI_IS(LLMRR_SEGMENT_PREFILL, SegmentKind, kPrefill);
+LLMRR_ABI_IS(LLMRR_SEGMENT_DECODE, SegmentKind, kDecode);
+LLMRR_ABI_IS(LLMRR_ROUTE_KEPT, RouteOutcome, kKept);
+LLMRR_ABI_IS(LLMRR_ROUTE_REROUTED, RouteOutcome, kRerouted);
+LLMRR_ABI_IS(LLMRR_ROUTE_DROPPED, RouteOutcome, kDropped);
+LLMRR_ABI_IS(LLMRR_FINISH_EOS, FinishReason, kEos);
+LLMRR_ABI_IS(LLMRR_FINISH_MAX_TOKENS, FinishReason, kMaxTokens);
+LLMRR_ABI_IS(LLMRR_FINISH_ABORTED, FinishReason, kAborted);
+#undef LLMRR_ABI_IS
 
 extern "C" {
 

@@ -17,7 +17,7 @@
 #include "llmrr/format/status.h"
 #include "llmrr/recorder.h"
 #include "llmrr/recorder/trace_recorder.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 struct llmrr_recorder {
   std::mutex mu;
@@ -119,7 +119,7 @@ inline bool parse_site_name(const char* name, llmrr::SiteId* out) {
 inline std::string unknown_site(const char* name) {
   return "unknown site '" + str(name) +
          "' (llmrr site names: embed, L<i>.attn.q, L<i>.mlp.down, L<i>.moe.e<j>.up, L<i>.out, "
-         "final_norm, logits, ...; see runtime/include/llmrr/runtime/site.h)";
+         "final_norm, logits, ...; see runtime/include/llmrr/format/site.h)";
 }
 
 inline float bf16_to_f32(uint16_t v) {

@@ -19,7 +19,7 @@
 #include "llmrr/format/run_header_json.h"
 #include "llmrr/format/status.h"
 #include "llmrr/format/trace_reader.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 #include "llmrr/safeio/json.h"
 #include "reader/tables.h"
 

@@ -4,9 +4,9 @@ namespace llmrr {
 
 trace::PlanRecord to_plan_record(const Plan& p) {
   trace::PlanRecord r;
-  r.op = static_cast<trace::OpKind>(p.op);
-  r.mode = static_cast<trace::SplitMode>(p.mode);
-  r.order = static_cast<trace::CombineOrder>(p.order);
+  r.op = p.op;
+  r.mode = p.mode;
+  r.order = p.order;
   r.separate_new_kv = p.separate_new_kv;
   r.splits = p.splits;
   r.split_size = p.split_size;
@@ -24,9 +24,9 @@ trace::PlanRecord to_plan_record(const Plan& p) {
 
 Plan to_plan(const trace::PlanRecord& r) {
   Plan p;
-  p.op = static_cast<OpKind>(r.op);
-  p.mode = static_cast<SplitMode>(r.mode);
-  p.order = static_cast<CombineOrder>(r.order);
+  p.op = r.op;
+  p.mode = r.mode;
+  p.order = r.order;
   p.separate_new_kv = r.separate_new_kv;
   p.splits = r.splits;
   p.split_size = r.split_size;
@@ -40,6 +40,11 @@ Plan to_plan(const trace::PlanRecord& r) {
                               a.a_type,        a.b_type,    a.c_type};
   }
   return p;
+}
+
+std::string plan_text(const trace::PlanRecord& r) {
+  std::string s = plan_to_string(to_plan(r));
+  return s.empty() ? "unknown op " + std::to_string(static_cast<int>(r.op)) : s;
 }
 
 trace::RequestRecord to_request_record(const RequestSpec& s) {
@@ -78,7 +83,7 @@ trace::Segment to_trace_segment(const BatchSegment& g) {
   s.start = g.start;
   s.count = g.count;
   s.cached = g.cached;
-  s.kind = static_cast<trace::SegmentKind>(g.kind);
+  s.kind = g.kind;
   s.sample = g.sample;
   return s;
 }
@@ -89,7 +94,7 @@ BatchSegment to_segment(const trace::Segment& g) {
   s.start = g.start;
   s.count = g.count;
   s.cached = g.cached;
-  s.kind = static_cast<SegmentKind>(g.kind);
+  s.kind = g.kind;
   s.sample = g.sample;
   return s;
 }

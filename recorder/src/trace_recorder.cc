@@ -278,8 +278,7 @@ void TraceRecorder::on_routing(const RoutingView& v) {
   r.chosen.assign(v.chosen, v.chosen + n);
   r.experts.assign(v.experts, v.experts + n);
   r.gates.assign(v.gates, v.gates + n);
-  r.outcome.resize(n);
-  for (size_t i = 0; i < n; ++i) r.outcome[i] = static_cast<trace::RouteOutcome>(v.outcome[i]);
+  r.outcome.assign(v.outcome, v.outcome + n);
   current_->step.routing.push_back(std::move(r));
   LLMRR_RECORDER_GUARD_END
 }
@@ -340,7 +339,7 @@ void TraceRecorder::on_finish(const RequestFinish& f) {
   LLMRR_RECORDER_GUARD_BEGIN
   trace::FinishRecord rec;
   rec.request = f.request;
-  rec.reason = static_cast<trace::FinishReason>(f.reason);
+  rec.reason = f.reason;
   rec.generated = f.generated;
   current_->step.finishes.push_back(rec);
   LLMRR_RECORDER_GUARD_END

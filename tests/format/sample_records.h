@@ -26,7 +26,7 @@ inline float gaussian(std::mt19937_64& rng) {
   return (s - 2.0f) * 1.7320508f;
 }
 
-// Packed SiteId as runtime/site.h defines it: kind | (layer+1) << 8 | (expert+1) << 24.
+// Packed SiteId as format/site.h defines it: kind | (layer+1) << 8 | (expert+1) << 24.
 inline uint64_t site(int kind, int layer = -1, int expert = -1) {
   return static_cast<uint64_t>(kind) | static_cast<uint64_t>(layer + 1) << 8 |
          static_cast<uint64_t>(expert + 1) << 24;

@@ -34,7 +34,7 @@ BATCH = OTHERS[:3] + [TARGET] + OTHERS[3:]  # the target is row 3, padded from 7
 ROW = 3
 MAX_NEW = 12
 
-# Forward order of the site kinds (runtime/include/llmrr/runtime/site.h, SiteKind): the
+# Forward order of the site kinds (runtime/include/llmrr/format/site.h, SiteKind): the
 # order `llmrr diff` names the first differing site of a position in.
 KIND_ORDER = ["attn_norm", "attn.q_a", "attn.q_a_norm", "attn.q", "attn.k", "attn.v",
               "attn.kv_a", "attn.kv_a_norm", "attn.q_norm", "attn.k_norm", "attn.core",

@@ -123,9 +123,9 @@ void expect_trace_matches(const RecordedRun& run, trace::TraceReader& reader, Ca
       if (key.first != m.step) continue;
       trace::SitePlan sp;
       sp.site = key.second;
-      sp.plan.op = static_cast<trace::OpKind>(plan.op);
-      sp.plan.mode = static_cast<trace::SplitMode>(plan.mode);
-      sp.plan.order = static_cast<trace::CombineOrder>(plan.order);
+      sp.plan.op = plan.op;
+      sp.plan.mode = plan.mode;
+      sp.plan.order = plan.order;
       sp.plan.separate_new_kv = plan.separate_new_kv;
       sp.plan.splits = plan.splits;
       sp.plan.split_size = plan.split_size;

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr {
 namespace {

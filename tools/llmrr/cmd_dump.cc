@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "cli/trace_text.h"
+#include "llmrr/recorder/convert.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/diff_kernels.h"
 #include "llmrr/safeio/json.h"
@@ -29,7 +30,7 @@ json plan_json(const PlanRecord& p) {
          {"splits", p.splits},
          {"split_size", p.split_size},
          {"k_tile", p.k_tile},
-         {"text", cli::plan_text(p)}};
+         {"text", llmrr::plan_text(p)}};
   if (!p.arrival.empty()) j["arrival"] = p.arrival;
   if (p.cublaslt) {
     const CublasLtAlgoRecord& a = *p.cublaslt;
@@ -96,7 +97,7 @@ json step_json(const StepRecord& s) {
   }
   j["fingerprints"] = rows;
   json ro = json::array();
-  for (const Routing& r : s.routing) {
+  for (const trace::Routing& r : s.routing) {
     json out = json::array();
     for (RouteOutcome o : r.outcome) out.push_back(route_outcome_name(o));
     ro.push_back({{"layer", r.layer},
@@ -180,7 +181,7 @@ void print_step_text(const StepRecord& s) {
   });
   for (const SitePlan* p : plans)
     std::printf("  plan     %-20s %s\n", cli::site_text(p->site).c_str(),
-                cli::plan_text(p->plan).c_str());
+                llmrr::plan_text(p->plan).c_str());
   for (const SiteRows& r : s.rows) {
     std::printf("  rows     %-20s %zu rows x %d\n", cli::site_text(r.site).c_str(), r.rows.size(),
                 r.cols);
@@ -189,7 +190,7 @@ void print_step_text(const StepRecord& s) {
                   r.batch_rows.empty() ? static_cast<int>(i) : r.batch_rows[i],
                   cli::fingerprint_text(r.rows[i]).c_str());
   }
-  for (const Routing& r : s.routing) {
+  for (const trace::Routing& r : s.routing) {
     std::printf("  routing  L%d: %d rows, top-%d of %d experts, capacity %d\n", r.layer, r.rows,
                 r.k, r.experts_total, r.capacity);
     for (int64_t row = 0; row < r.rows; ++row) {

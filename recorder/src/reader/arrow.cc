@@ -18,7 +18,7 @@
 
 #include "llmrr/format/status.h"
 #include "llmrr/reader_arrow.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 #include "reader/tables.h"
 
 using llmrr::ErrorCode;

@@ -218,8 +218,8 @@ void BisectSession::Impl::list_factors(int32_t horizon) {
       f.layer = site.layer;
       f.plan_a = *pq.first;
       f.plan_b = *pq.second;
-      f.a_text = plan_to_string(to_plan(f.plan_a));
-      f.b_text = plan_to_string(to_plan(f.plan_b));
+      f.a_text = plan_text(f.plan_a);
+      f.b_text = plan_text(f.plan_b);
       f.text =
           "the " + f.a_text + " → " + f.b_text + " change of " + f.site_name + " at " + at_steps(f);
       out.push_back(std::move(f));

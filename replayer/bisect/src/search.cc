@@ -61,9 +61,7 @@ ForcedRouting to_forced(const trace::Routing& r) {
   f.k = r.k;
   f.capacity = r.capacity;
   f.experts = r.experts;
-  f.outcome.resize(r.outcome.size());
-  for (size_t i = 0; i < r.outcome.size(); ++i)
-    f.outcome[i] = static_cast<RouteOutcome>(r.outcome[i]);
+  f.outcome = r.outcome;
   return f;
 }
 
@@ -173,7 +171,7 @@ BisectSession::Outcome BisectSession::Impl::replay(const std::vector<int32_t>& s
             const size_t p = static_cast<size_t>(sa.row0 + r) * fr.k + i,
                          q = static_cast<size_t>(sb.row0 + r) * fr.k + i;
             fr.experts[p] = y->experts[q];
-            fr.outcome[p] = static_cast<RouteOutcome>(y->outcome[q]);
+            fr.outcome[p] = y->outcome[q];
           }
         }
       }

@@ -4,7 +4,7 @@
 
 #include "llmrr/kernels/plan.h"
 #include "llmrr/recorder/convert.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr::report {
 
@@ -20,8 +20,7 @@ std::string plan_label(const trace::PlanRecord& plan) {
   const bool arrival = !p.arrival.empty();
   p.arrival.clear();
   if (arrival) p.order = trace::CombineOrder::kFixed;
-  std::string s = plan_to_string(to_plan(p));
-  if (s.empty()) s = trace::op_kind_name(p.op);
+  const std::string s = plan_text(p);
   return arrival ? s + ", arrival order" : s;
 }
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "llmrr/runtime/policy.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr::replay {
 

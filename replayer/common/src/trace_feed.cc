@@ -34,10 +34,7 @@ Result<std::optional<ScheduledStep>> TraceFeed::next() {
     f.k = r.k;
     f.capacity = r.capacity;
     f.experts = r.experts;
-    f.outcome.resize(r.outcome.size());
-    for (size_t i = 0; i < r.outcome.size(); ++i) {
-      f.outcome[i] = static_cast<RouteOutcome>(r.outcome[i]);
-    }
+    f.outcome = r.outcome;
   }
   ScheduledStep s;
   s.step = step_.step;

@@ -6,15 +6,10 @@
 #include "internal.h"
 #include "llmrr/kernels/plan.h"
 #include "llmrr/recorder/convert.h"  // to_plan
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr::replay::diff_internal {
 namespace {
-
-std::string plan_str(const trace::PlanRecord& r) {
-  std::string s = plan_to_string(to_plan(r));
-  return s.empty() ? "op " + std::to_string(static_cast<int>(r.op)) : s;
-}
 
 BatchSide batch_side(const trace::StepRecord& s, RequestId request, int32_t position) {
   BatchSide b;
@@ -222,8 +217,8 @@ void Explainer::causes(const trace::StepRecord& sa, const trace::StepRecord& sb,
       }
       pd.a = *pa;
       pd.b = *pb;
-      pd.a_text = plan_str(xa) + (arr_a.empty() ? "" : ", arrival order " + arrival_str(arr_a));
-      pd.b_text = plan_str(xb) + (arr_b.empty() ? "" : ", arrival order " + arrival_str(arr_b));
+      pd.a_text = plan_text(xa) + (arr_a.empty() ? "" : ", arrival order " + arrival_str(arr_a));
+      pd.b_text = plan_text(xb) + (arr_b.empty() ? "" : ", arrival order " + arrival_str(arr_b));
       if (xa.op == trace::OpKind::kCombine && !arr_a.empty()) {
         pd.a_text = "combine in arrival order " + arrival_str(arr_a);
       }
@@ -233,8 +228,8 @@ void Explainer::causes(const trace::StepRecord& sa, const trace::StepRecord& sb,
     } else {
       if (pa) pd.a = *pa;
       if (pb) pd.b = *pb;
-      pd.a_text = pa ? plan_str(*pa) : "(did not run)";
-      pd.b_text = pb ? plan_str(*pb) : "(did not run)";
+      pd.a_text = pa ? plan_text(*pa) : "(did not run)";
+      pd.b_text = pb ? plan_text(*pb) : "(did not run)";
     }
     diffs.push_back({sid, std::move(pd)});
   }

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "internal.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr::replay::diff_internal {
 namespace {

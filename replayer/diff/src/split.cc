@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "internal.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr::replay::diff_internal {
 

@@ -11,7 +11,7 @@
 
 #include "llmrr/replayer/export.h"
 #include "llmrr/replayer/npy.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 #include "llmrr/safeio/json.h"
 #include "llmrr/safeio/output.h"
 

@@ -10,7 +10,7 @@
 
 #include "llmrr/recorder/convert.h"
 #include "llmrr/replayer/export.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 #include "llmrr/safeio/output.h"
 #include "collect.h"
 

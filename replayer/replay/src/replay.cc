@@ -43,11 +43,6 @@ std::string float_text(float v) {
   return b;
 }
 
-std::string plan_text(const trace::PlanRecord& r) {
-  std::string s = plan_to_string(to_plan(r));
-  return s.empty() ? "op " + std::to_string(static_cast<int>(r.op)) : s;
-}
-
 std::string segments_text(const std::vector<trace::Segment>& segs) {
   std::string s;
   for (size_t i = 0; i < segs.size() && i < 12; ++i) {
@@ -349,7 +344,7 @@ class Verifier final : public Observer {
     size_t i = 0;
     while (i < recs.size() && recs[i].request != f.request) ++i;
     const std::string got =
-        std::string(trace::finish_reason_name(static_cast<trace::FinishReason>(f.reason))) +
+        std::string(trace::finish_reason_name(f.reason)) +
         " after " + std::to_string(f.generated) + " tokens";
     if (i == recs.size()) {
       fail(f.step, "finish", "request " + std::to_string(f.request), "no finish recorded", got,

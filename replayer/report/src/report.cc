@@ -18,7 +18,7 @@
 #include "llmrr/replayer/diff.h"
 #include "llmrr/replayer/run_config.h"
 #include "llmrr/runtime/model.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 #include "llmrr/runtime/tokenizers.h"
 #include "collect.h"
 #include "internal.h"

@@ -11,7 +11,7 @@
 #include "llmrr/format/run_header_json.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/diff.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr::replay::report_internal {
 namespace {

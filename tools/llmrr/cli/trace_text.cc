@@ -5,7 +5,7 @@
 
 #include "llmrr/kernels/plan.h"
 #include "llmrr/recorder/convert.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr::cli {
 
@@ -15,12 +15,6 @@ std::string site_text(uint64_t packed_site) {
 
 uint64_t site_order(uint64_t packed_site) {
   return SiteId::unpack(packed_site).forward_key();
-}
-
-std::string plan_text(const trace::PlanRecord& p) {
-  std::string s = plan_to_string(to_plan(p));
-  if (s.empty()) s = "unknown op " + std::to_string(static_cast<int>(p.op));
-  return s;
 }
 
 std::string hash_text(uint64_t hash) {

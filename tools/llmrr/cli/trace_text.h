@@ -9,14 +9,11 @@
 
 namespace llmrr::cli {
 
-// "L3.mlp.down", "L3.moe.e5.up", "logits" (runtime/site.h naming) for a packed SiteId.
+// "L3.mlp.down", "L3.moe.e5.up", "logits" (format/site.h naming) for a packed SiteId.
 std::string site_text(uint64_t packed_site);
 
 // Sort key putting sites in forward order (embed, L0.*, L1.*, ..., final_norm, logits).
 uint64_t site_order(uint64_t packed_site);
-
-// "split-K 4", "split-KV 256 positions, new KV separate", ... (kernels/plan.h wording).
-std::string plan_text(const trace::PlanRecord& plan);
 
 // "1f2e3d4c5b6a7988" — 16 hex digits.
 std::string hash_text(uint64_t hash);

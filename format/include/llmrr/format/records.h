@@ -2,9 +2,9 @@
 // (the schema's comments state what a valid trace must satisfy); TraceWriter takes them and
 // TraceReader returns them, so no caller ever touches a FlatBuffers builder.
 //
-// Enums have the numeric values of the runtime's enums (kernels/plan.h, runtime/observer.h)
-// so a recorder converts with static_cast. Sites are the packed uint64 of runtime/site.h
-// (SiteId::packed()); request ids are the runtime's RequestId.
+// The enums are the trace's vocabulary (llmrr/format/vocab.h), the same types the engine
+// uses. Sites are the packed uint64 of llmrr/format/site.h (SiteId::packed()); request ids
+// are the runtime's RequestId.
 #pragma once
 
 #include <cstdint>
@@ -13,40 +13,9 @@
 #include <vector>
 
 #include "llmrr/format/fingerprint.h"
+#include "llmrr/format/vocab.h"
 
 namespace llmrr::trace {
-
-enum class OpKind : uint8_t { kGemm = 0, kRmsNorm = 1, kAttention = 2, kCombine = 3 };
-enum class SplitMode : uint8_t { kCount = 0, kSize = 1 };
-enum class CombineOrder : uint8_t { kFixed = 0, kArrival = 1 };
-enum class SegmentKind : uint8_t { kPrefill = 0, kDecode = 1 };
-enum class RouteOutcome : uint8_t { kKept = 0, kRerouted = 1, kDropped = 2 };
-enum class FinishReason : uint8_t { kEos = 0, kMaxTokens = 1, kAborted = 2 };
-enum class OverflowPolicy : uint8_t { kDrop = 0, kNextBest = 1 };
-enum class CaptureLevel : uint8_t { kNone = 0, kLayers = 1, kAll = 2 };
-enum class LogitsMode : uint8_t { kTopK = 0, kFull = 1 };
-enum class DType : uint8_t {
-  kF32 = 0,
-  kBF16 = 1,
-  kF16 = 2,
-  kF64 = 3,
-  kI8 = 4,
-  kU8 = 5,
-  kI16 = 6,
-  kI32 = 7,
-  kI64 = 8
-};
-
-// Bytes per element of a dtype; 0 for a value this build does not know.
-int dtype_size(DType dtype);
-const char* dtype_name(DType dtype);                   // "f32", "bf16", ...
-const char* op_kind_name(OpKind op);                   // "gemm", "rmsnorm", "attention", "combine"
-const char* segment_kind_name(SegmentKind kind);       // "prefill", "decode"
-const char* route_outcome_name(RouteOutcome outcome);  // "kept", "rerouted", "dropped"
-const char* finish_reason_name(FinishReason reason);   // "eos", "max_tokens", "aborted"
-const char* overflow_policy_name(OverflowPolicy policy);  // "drop", "next_best"
-const char* capture_level_name(CaptureLevel level);       // "none", "layers", "all"
-const char* logits_mode_name(LogitsMode mode);            // "topk", "full"
 
 // ---------------------------------------------------------------------------------------
 // Run header.

@@ -9,26 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "llmrr/format/vocab.h"
+
 namespace llmrr {
 
-enum class OpKind : uint8_t {
-  kGemm = 0,       // y = x·Wᵀ (every linear layer, router, lm_head)
-  kRmsNorm = 1,    // y = w ⊙ (x · rsqrt(mean(x²) + eps))
-  kAttention = 2,  // softmax(q·Kᵀ·scale)·V over a paged KV cache
-  kCombine = 3,    // MoE: out = Σ_i gate_i · expert_i(x)
-};
-
-// How the partials of a split reduction are combined.
-enum class CombineOrder : uint8_t {
-  kFixed = 0,    // partial 0, then 1, then 2, ... (or rank order for kCombine)
-  kArrival = 1,  // the order in `Plan::arrival`, as an atomicAdd-based kernel would produce it
-};
-
-// How attention splits the KV axis.
-enum class SplitMode : uint8_t {
-  kCount = 0,  // `splits` equal parts per row (FlashAttention num_splits)
-  kSize = 1,   // parts of `split_size` positions, last one shorter (FlashInfer, batch-invariant)
-};
+// The ops and orders are the trace's vocabulary (llmrr/format/vocab.h): one definition.
+using OpKind = trace::OpKind;              // kGemm, kRmsNorm, kAttention, kCombine
+using CombineOrder = trace::CombineOrder;  // kFixed, kArrival (the order in Plan::arrival)
+using SplitMode = trace::SplitMode;        // kCount (equal parts), kSize (parts of split_size)
 
 // A cuBLASLt matmul algorithm, as cuBLASLt's heuristic picked it for one GEMM shape: the
 // plan of a fast-family (tensor-core) GEMM on CUDA. Tensor cores accumulate in an order no

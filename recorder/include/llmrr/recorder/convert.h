@@ -4,6 +4,8 @@
 // numeric values).
 #pragma once
 
+#include <string>
+
 #include "llmrr/format/records.h"
 #include "llmrr/runtime/engine.h"
 #include "llmrr/runtime/observer.h"
@@ -13,6 +15,9 @@ namespace llmrr {
 
 trace::PlanRecord to_plan_record(const Plan& plan);
 Plan to_plan(const trace::PlanRecord& record);
+// The one text form of a recorded plan (plan_to_string of its Plan: "split-K 2, k-tile 32"),
+// for diff, replay, dump and bisect; "unknown op N" for an op this build does not know.
+std::string plan_text(const trace::PlanRecord& record);
 
 trace::RequestRecord to_request_record(const RequestSpec& spec);
 RequestSpec to_request_spec(const trace::RequestRecord& record);

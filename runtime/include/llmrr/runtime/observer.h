@@ -16,10 +16,11 @@
 #include <vector>
 
 #include "llmrr/format/fingerprint.h"
+#include "llmrr/format/vocab.h"
 #include "llmrr/kernels/plan.h"
 #include "llmrr/kernels/sample.h"
 #include "llmrr/kernels/threadpool.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr {
 
@@ -36,7 +37,7 @@ struct RequestSpec {
   std::string label;                  // optional, e.g. "target" or "load-3"
 };
 
-enum class SegmentKind : uint8_t { kPrefill = 0, kDecode = 1 };
+using SegmentKind = trace::SegmentKind;  // kPrefill, kDecode (llmrr/format/vocab.h)
 
 // Consecutive rows of one request in a step's batch: positions [start, start + count).
 struct BatchSegment {
@@ -71,7 +72,7 @@ struct RowsView {
   const trace::Fingerprint* fingerprints = nullptr;
 };
 
-enum class RouteOutcome : uint8_t { kKept = 0, kRerouted = 1, kDropped = 2 };
+using RouteOutcome = trace::RouteOutcome;  // kKept, kRerouted, kDropped
 
 // Routing of every token of a step at one MoE layer. Arrays are rows × k, rank order.
 struct RoutingView {
@@ -111,7 +112,7 @@ struct TokenEvent {
   kernels::SampleResult sample;     // the draw used
 };
 
-enum class FinishReason : uint8_t { kEos = 0, kMaxTokens = 1, kAborted = 2 };
+using FinishReason = trace::FinishReason;  // kEos, kMaxTokens, kAborted
 
 struct RequestFinish {
   int64_t step = 0;

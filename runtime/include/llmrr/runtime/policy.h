@@ -23,7 +23,7 @@
 
 #include "llmrr/format/status.h"
 #include "llmrr/kernels/plan.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr {
 

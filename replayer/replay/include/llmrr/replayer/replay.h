@@ -25,7 +25,7 @@
 #include "llmrr/runtime/device.h"
 #include "llmrr/runtime/engine.h"
 #include "llmrr/runtime/model.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 namespace llmrr::replay {
 

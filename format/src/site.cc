@@ -1,4 +1,4 @@
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 
 #include <charconv>
 #include <iterator>
