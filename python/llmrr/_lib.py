@@ -15,7 +15,7 @@ import glob
 import os
 
 LIB_NAME = "libllmrr_recorder_c.so"
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 OK = 0
 E_INVALID_ARGUMENT = 120
@@ -183,7 +183,7 @@ def _declare(L):
         ctypes.c_char_p
     sig = {
         # recorder
-        "llmrr_recorder_config_init": (None, [ctypes.POINTER(Config)]),
+        "llmrr_recorder_config_init_sized": (None, [ctypes.POINTER(Config), ctypes.c_size_t]),
         "llmrr_recorder_open": (ctypes.c_int, [cp, ctypes.POINTER(Config), ctypes.POINTER(h)]),
         "llmrr_recorder_close": (ctypes.c_int, [h]),
         "llmrr_recorder_add_request": (ctypes.c_int, [h, ctypes.POINTER(Request)]),
@@ -265,7 +265,7 @@ def site_pack(name: str) -> int:
     ok = ctypes.c_int(0)
     v = lib().llmrr_site_pack(name.encode(), ctypes.byref(ok))
     if not ok.value:
-        raise ValueError("unknown llmrr site name %r (runtime/include/llmrr/runtime/site.h: "
+        raise ValueError("unknown llmrr site name %r (runtime/include/llmrr/format/site.h: "
                          "embed, L<i>.attn.q, L<i>.mlp.down, L<i>.moe.router, L<i>.out, "
                          "final_norm, logits, ...)" % name)
     return v

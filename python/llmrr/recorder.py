@@ -39,7 +39,7 @@ class Recorder:
         L = _lib.lib()
         self._L = L
         cfg = _lib.Config()
-        L.llmrr_recorder_config_init(ctypes.byref(cfg))
+        L.llmrr_recorder_config_init_sized(ctypes.byref(cfg), ctypes.sizeof(cfg))
         self._keep: list[bytes] = []  # strings must outlive the open call
         fields = {f[0] for f in _lib.Config._fields_} - {"struct_size"}
         for key, value in config.items():

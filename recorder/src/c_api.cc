@@ -59,14 +59,30 @@ LLMRR_ABI_IS(LLMRR_FINISH_ABORTED, FinishReason, kAborted);
 
 extern "C" {
 
-void llmrr_recorder_config_init(llmrr_recorder_config* c) {
-  if (c == nullptr) return;
-  std::memset(c, 0, sizeof *c);
-  c->struct_size = sizeof *c;
-  c->capture = LLMRR_CAPTURE_LAYERS;
-  c->logits_mode = LLMRR_LOGITS_TOPK;
-  c->top_k = 32;
-  c->zstd_level = 1;
+// The size of ABI 2's llmrr_recorder_config, which llmrr_recorder_config_init (no size)
+// writes: fixed, whatever the struct grows to.
+constexpr size_t kConfigAbi2Size = 192;
+static_assert(offsetof(llmrr_recorder_config, inline_steps) + sizeof(int32_t) <= kConfigAbi2Size &&
+                  offsetof(llmrr_recorder_config, inline_steps) + sizeof(int32_t) >
+                      kConfigAbi2Size - alignof(llmrr_recorder_config),
+              "ABI 2's config ends with inline_steps: a field added since is past 192 bytes");
+
+void llmrr_recorder_config_init_sized(llmrr_recorder_config* c, size_t size) {
+  if (c == nullptr || size < sizeof(uint32_t)) return;
+  const size_t n = std::min(size, sizeof *c);
+  llmrr_recorder_config d;
+  std::memset(&d, 0, sizeof d);
+  d.struct_size = static_cast<uint32_t>(n);
+  d.capture = LLMRR_CAPTURE_LAYERS;
+  d.logits_mode = LLMRR_LOGITS_TOPK;
+  d.top_k = 32;
+  d.zstd_level = 1;
+  std::memcpy(c, &d, n);  // the caller's bytes only
+}
+
+// ABI 2's symbol (the header's macro of the same name calls the sized form).
+void(llmrr_recorder_config_init)(llmrr_recorder_config* c) {
+  llmrr_recorder_config_init_sized(c, kConfigAbi2Size);
 }
 
 int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
@@ -81,7 +97,7 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     }
     // A caller compiled against an older, shorter config gets defaults for the rest.
     llmrr_recorder_config c;
-    llmrr_recorder_config_init(&c);
+    llmrr_recorder_config_init_sized(&c, sizeof c);
     if (config != nullptr) {
       if (config->struct_size < offsetof(llmrr_recorder_config, tool_version) + sizeof(void*)) {
         return fail_call(ErrorCode::kInvalidArgument,

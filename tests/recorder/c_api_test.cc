@@ -2,6 +2,7 @@
 // exactly; bad calls return stable codes with a message and mark the trace lossy without
 // stopping; I/O errors stop recording; nothing but llmrr_* is exported.
 #include "llmrr/recorder.h"
+#include "llmrr/reader.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -18,7 +19,7 @@
 
 #include "llmrr/format/fingerprint.h"
 #include "llmrr/format/trace_reader.h"
-#include "llmrr/runtime/site.h"
+#include "llmrr/format/site.h"
 #include "recorder_test_util.h"
 
 namespace llmrr::rectest {
@@ -749,6 +750,50 @@ TEST(CApi, ShorterConfigFromAnOlderCaller) {
   EXPECT_EQ(reader->run_header().device.kind, "cpu");
 }
 
+// A caller built against an older, shorter config: config_init writes its bytes and no
+// more (the bytes past them stay as the caller had them), says its size in struct_size, and
+// open gives the fields it lacks their defaults.
+TEST(CApi, ConfigInitWritesOnlyTheCallersBytes) {
+  constexpr size_t kShort = offsetof(llmrr_recorder_config, layers);  // an "ABI 0" caller
+  constexpr size_t kCanary = 64;
+  alignas(llmrr_recorder_config) unsigned char buf[sizeof(llmrr_recorder_config) + kCanary];
+  std::memset(buf, 0xa5, sizeof buf);
+  auto* cfg = reinterpret_cast<llmrr_recorder_config*>(buf);
+  llmrr_recorder_config_init_sized(cfg, kShort);
+  for (size_t i = kShort; i < sizeof buf; ++i)
+    ASSERT_EQ(buf[i], 0xa5) << "byte " << i << " of a " << kShort << "-byte config written";
+  EXPECT_EQ(cfg->struct_size, kShort);
+  EXPECT_EQ(cfg->model_name, nullptr);
+  cfg->model_name = "short";
+  const std::string path = temp_path("short.trace");
+  llmrr_recorder* r = nullptr;
+  ASSERT_EQ(llmrr_recorder_open(path.c_str(), cfg, &r), LLMRR_OK) << llmrr_recorder_last_error();
+  ASSERT_EQ(llmrr_recorder_close(r), LLMRR_OK);
+  auto reader = open_reader(path);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_EQ(reader->run_header().model.name, "short");
+  EXPECT_EQ(reader->run_header().engine.capture, trace::CaptureLevel::kLayers);  // the default
+
+  // A larger caller (a newer header): this library's struct is written, nothing past it.
+  std::memset(buf, 0xa5, sizeof buf);
+  llmrr_recorder_config_init_sized(cfg, sizeof buf);
+  EXPECT_EQ(cfg->struct_size, sizeof(llmrr_recorder_config));
+  EXPECT_EQ(cfg->top_k, 32);
+  for (size_t i = sizeof(llmrr_recorder_config); i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xa5);
+
+  // Too small to hold struct_size: nothing is written.
+  std::memset(buf, 0xa5, sizeof buf);
+  llmrr_recorder_config_init_sized(cfg, 2);
+  for (unsigned char b : buf) ASSERT_EQ(b, 0xa5);
+  llmrr_recorder_config_init_sized(nullptr, sizeof *cfg);  // no crash
+
+  // ABI 2's symbol (called around the macro): ABI 2's 192 bytes, however the struct grows.
+  std::memset(buf, 0xa5, sizeof buf);
+  (llmrr_recorder_config_init)(cfg);
+  EXPECT_EQ(cfg->struct_size, 192u);
+  for (size_t i = 192; i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xa5);
+}
+
 // Two handles on two threads at once, and one handle shared by two threads (serialized by
 // its mutex): every trace complete and valid.
 TEST(CApi, ThreadSafety) {
@@ -878,7 +923,7 @@ TEST(CApi, ExportsOnlyTheCAbi) {
         "llmrr_recorder_record_routing", "llmrr_recorder_record_logits",
         "llmrr_recorder_record_token", "llmrr_recorder_record_finish", "llmrr_recorder_end_step",
         "llmrr_recorder_last_error", "llmrr_recorder_status", "llmrr_recorder_wants_rows",
-        "llmrr_recorder_config_init", "llmrr_error_name", "llmrr_recorder_abi_version",
+        "llmrr_recorder_config_init", "llmrr_recorder_config_init_sized", "llmrr_error_name", "llmrr_recorder_abi_version",
         "llmrr_recorder_mark_lossy", "llmrr_recorder_discard_step"}) {
     EXPECT_NE(::dlsym(lib, name), nullptr) << name;
   }
@@ -886,6 +931,41 @@ TEST(CApi, ExportsOnlyTheCAbi) {
                              "_ZN5llmrr13TraceRecorder5closeEv"}) {
     EXPECT_EQ(::dlsym(lib, hidden), nullptr) << hidden << " is exported";
   }
+  ::dlclose(lib);
+}
+
+// The reader ABI by itself (libllmrr_reader_c.so: format and safeio, no engine code, linked
+// with --no-undefined): it reads a trace the recorder ABI wrote, and exports no recording call.
+TEST(CApi, ReaderLibraryAloneReadsATrace) {
+  const std::string path = temp_path("reader_alone.trace");
+  {
+    llmrr_recorder* r = open_or_fail(path);
+    ASSERT_NE(r, nullptr);
+    llmrr_request q = make_request(7);
+    ASSERT_EQ(llmrr_recorder_add_request(r, &q), LLMRR_OK);
+    llmrr_segment g{7, 0, 3, 0, LLMRR_SEGMENT_PREFILL, 0};
+    for (int64_t step = 0; step < 3; ++step) {
+      ASSERT_EQ(llmrr_recorder_begin_step(r, step, &g, 1), LLMRR_OK);
+      ASSERT_EQ(llmrr_recorder_end_step(r), LLMRR_OK);
+    }
+    ASSERT_EQ(llmrr_recorder_close(r), LLMRR_OK);
+  }
+  void* lib = ::dlopen(LLMRR_READER_LIB, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << ::dlerror();
+  using Open = int (*)(const char*, llmrr_reader**);
+  using Rows = int64_t (*)(const llmrr_reader*, const char*);
+  using Close = void (*)(llmrr_reader*);
+  auto open = reinterpret_cast<Open>(::dlsym(lib, "llmrr_reader_open"));
+  auto rows = reinterpret_cast<Rows>(::dlsym(lib, "llmrr_reader_rows"));
+  auto close = reinterpret_cast<Close>(::dlsym(lib, "llmrr_reader_close"));
+  ASSERT_TRUE(open && rows && close);
+  EXPECT_EQ(::dlsym(lib, "llmrr_recorder_open"), nullptr) << "the reader library records";
+  llmrr_reader* rd = nullptr;
+  ASSERT_EQ(open(path.c_str(), &rd), LLMRR_OK);
+  EXPECT_EQ(rows(rd, "steps"), 3);
+  EXPECT_EQ(rows(rd, "requests"), 1);
+  EXPECT_EQ(rows(rd, "segments"), 3);
+  close(rd);
   ::dlclose(lib);
 }
 

@@ -6,7 +6,7 @@
  * dlopen or Python ctypes). Pure C99 header; all pointers are host pointers.
  *
  *   llmrr_recorder_config cfg;
- *   llmrr_recorder_config_init(&cfg);
+ *   llmrr_recorder_config_init(&cfg);      (a macro: passes sizeof cfg)
  *   cfg.model_name = "toy"; cfg.vocab = 64; cfg.layers = 2; cfg.hidden = 32;
  *   llmrr_recorder* rec = NULL;
  *   if (llmrr_recorder_open("run.trace", &cfg, &rec) != LLMRR_OK)
@@ -24,7 +24,7 @@
  *   }
  *   llmrr_recorder_close(rec);                            // footer; frees the handle
  *
- * Sites are named as llmrr names them (runtime/include/llmrr/runtime/site.h): "embed",
+ * Sites are named as llmrr names them (runtime/include/llmrr/format/site.h): "embed",
  * "L3.attn_norm", "L3.attn.q" / .k / .v / .core / .o, "L3.attn.resid", "L3.mlp_norm",
  * "L3.mlp.gate" / .up / .act / .down, "L3.moe.router", "L3.moe.e5.gate" / .up / .act /
  * .down, "L3.moe.shared.gate" / .up / .down / .scale, "L3.moe.combine", "L3.out",
@@ -62,7 +62,7 @@
 extern "C" {
 #endif
 
-#define LLMRR_RECORDER_ABI_VERSION 2 /* 2: mark_lossy, discard_step */
+#define LLMRR_RECORDER_ABI_VERSION 3 /* 2: mark_lossy, discard_step; 3: config_init_sized */
 
 #if defined(__GNUC__)
 #define LLMRR_API __attribute__((visibility("default")))
@@ -212,8 +212,18 @@ typedef struct llmrr_routing {
   const uint8_t* outcome; /* LLMRR_ROUTE_*; NULL = kept, or dropped where experts is -1 */
 } llmrr_routing;
 
-/* Fills the defaults (and struct_size). */
+/* Fills the defaults and struct_size of a config the caller has `size` bytes of, and writes
+ * no byte past them: a runtime built against an older, shorter llmrr_recorder_config is safe
+ * with a newer library (llmrr_recorder_open gives the fields it lacks their defaults). Call
+ * it through the macro below, which passes sizeof the caller's struct; from ctypes, pass
+ * ctypes.sizeof(the Structure). A size below the first field's end writes nothing. */
+LLMRR_API void llmrr_recorder_config_init_sized(llmrr_recorder_config* config, size_t size);
+
+/* ABI 2's entry point, kept for programs linked against it: writes ABI 2's struct (192
+ * bytes) and no more. New code gets the sized form through the macro. */
 LLMRR_API void llmrr_recorder_config_init(llmrr_recorder_config* config);
+#define llmrr_recorder_config_init(config) \
+  llmrr_recorder_config_init_sized((config), sizeof *(config))
 
 /* Creates (truncates) `path` and writes the run header. On failure *out is NULL. */
 LLMRR_API int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
