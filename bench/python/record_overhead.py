@@ -209,7 +209,7 @@ def main():
                 env["LLMRR_INLINE_STEPS"] = "0"
             if rt == "vllm" and mode != "off":
                 env["LLMRR_VLLM_TRACE"] = os.path.join(tmp, "warm-%s.trace" % mode)
-                env["LLMRR_VLLM_CAPTURE"] = mode
+                env["LLMRR_CAPTURE"] = mode
             out = subprocess.run(
                 [sys.executable, __file__, "--child", rt, "--mode", mode, "--model",
                  model, "--tmp", tmp, "--batch", str(a.batch), "--tokens",

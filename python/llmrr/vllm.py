@@ -40,7 +40,8 @@ Under async scheduling vLLM collects a step's tokens after the next step has run
 is kept on a tape (its rows hashed as they come) and written, in step order, when vLLM calls
 its output's get_output(), so tokens and finishes land in the step that produced them.
 
-Settings: $LLMRR_VLLM_CAPTURE (none | layers | all, default layers), $LLMRR_VLLM_TOP_K (32).
+Settings, shared by every llmrr recorder: $LLMRR_CAPTURE (none | layers | all, default layers),
+$LLMRR_TOP_K (32); the older $LLMRR_VLLM_CAPTURE / $LLMRR_VLLM_TOP_K are read when those are unset.
 Recording never breaks vLLM: a failure warns once on stderr, marks the trace lossy with its
 reason (llmrr verify prints it), and stops recording; vLLM goes on.
 """
@@ -54,8 +55,18 @@ from ._version import __version__
 from .vllm_hooks import Hooks, _warn, patch_router_selection, vllm_router
 
 ENV_TRACE = "LLMRR_VLLM_TRACE"
-ENV_CAPTURE = "LLMRR_VLLM_CAPTURE"
-ENV_TOP_K = "LLMRR_VLLM_TOP_K"
+ENV_CAPTURE = "LLMRR_CAPTURE"
+ENV_TOP_K = "LLMRR_TOP_K"
+# Before the one scheme (LLMRR_<RUNTIME>_TRACE switches a recorder on, LLMRR_CAPTURE and
+# LLMRR_TOP_K set every recorder) the plugin read these; still read when the new ones are unset.
+_OLD_NAMES = {ENV_CAPTURE: "LLMRR_VLLM_CAPTURE", ENV_TOP_K: "LLMRR_VLLM_TOP_K"}
+
+
+def _setting(name: str, default: str) -> str:
+    value = os.environ.get(name)
+    if value is None:
+        value = os.environ.get(_OLD_NAMES[name], default)
+    return value
 STEP_RANGE = "llmrr.step"
 
 _patched = False
@@ -161,7 +172,7 @@ def _patch(cls):
 def _compiled_sites(runner):
     """Right after vLLM loaded the model and before it compiles it: llmrr's sites as the
     llmrr::site_rows op, when the model will be compiled and rows are captured."""
-    capture = os.environ.get(ENV_CAPTURE, "layers")
+    capture = _setting(ENV_CAPTURE, "layers")
     cfg = runner.vllm_config
     if getattr(cfg.model_config, "enforce_eager", False) or capture not in ("layers", "all") \
             or getattr(runner, "_llmrr_sites", None) is not None:
@@ -196,11 +207,11 @@ class _StepRecorder(Hooks):
         self.runner = runner
         self.fp = fingerprint
         self.failed = False
-        self.capture = os.environ.get(ENV_CAPTURE, "layers")
+        self.capture = _setting(ENV_CAPTURE, "layers")
         if self.capture not in ("none", "layers", "all"):
             raise ValueError("%s must be none, layers or all, found %r" % (ENV_CAPTURE,
                                                                           self.capture))
-        top_k = int(os.environ.get(ENV_TOP_K, "32"))
+        top_k = int(_setting(ENV_TOP_K, "32"))
         path = os.environ[ENV_TRACE]
         cfg = runner.vllm_config
         rank = getattr(cfg.parallel_config, "rank", 0) or 0

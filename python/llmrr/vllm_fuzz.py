@@ -135,7 +135,7 @@ def run_setting(args, key, setting, runs, work):
     with open(path, "w") as f:
         json.dump(job, f)
     env = dict(os.environ, LLMRR_VLLM_TRACE=runs[0]["trace"], VLLM_ENABLE_V1_MULTIPROCESSING="0",
-               LLMRR_VLLM_CAPTURE=args.capture)
+               LLMRR_CAPTURE=args.capture)
     log = os.path.join(work, "engine-%s.log" % key)
     with open(log, "w") as lf:
         p = subprocess.run([sys.executable, "-m", "llmrr.vllm_fuzz", "--worker", path], env=env,

@@ -236,7 +236,7 @@ class Engine:
         # (the worker names each replay's trace; this one is only there for the plugin to
         # patch vLLM's model runner at start)
         env = dict(os.environ, LLMRR_VLLM_TRACE=log + ".unused",
-                   VLLM_ENABLE_V1_MULTIPROCESSING="0", LLMRR_VLLM_CAPTURE=capture)
+                   VLLM_ENABLE_V1_MULTIPROCESSING="0", LLMRR_CAPTURE=capture)
         cfg = dict(settings, model=model)
         self.log = open(log, "w")
         self.p = subprocess.Popen([sys.executable, "-m", "llmrr.vllm_replay", "--worker",

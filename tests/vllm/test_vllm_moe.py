@@ -35,7 +35,7 @@ def run(kind):
     args = dict(prompts=PROMPTS, max_tokens=MAX_TOKENS, seqs=3, mbt=16, moe_oracle=True,
                 block=16 if kind == "deepseek" else 32)
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", LLMRR_VLLM_TRACE=trace,
-               LLMRR_VLLM_CAPTURE="all")
+               LLMRR_CAPTURE="all")
     p = subprocess.run([sys.executable, os.path.join(HERE, "generate.py"), model,
                         json.dumps(args)], env=env, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:

@@ -26,7 +26,7 @@ def generate(model, trace, prompts, multiprocess=False, **kw):
                "--"] + cmd
     else:
         env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", LLMRR_VLLM_TRACE=trace,
-                   LLMRR_VLLM_CAPTURE=capture)
+                   LLMRR_CAPTURE=capture)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         raise AssertionError("generate.py exit %d:\n%s" % (p.returncode, p.stderr[-4000:]))

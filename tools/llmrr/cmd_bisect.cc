@@ -12,7 +12,7 @@
 #include <string>
 
 #include "cli/cli.h"
-#include "cli/vllm_exec.h"
+#include "runtimes/adapter.h"
 #include "cli/trace_input.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/bisect.h"
@@ -47,9 +47,8 @@ class Bar {
 
 int run_bisect_command(int argc, char** argv) {
   using namespace llmrr;
-  // `--runtime vllm`: the run is re-executed in vLLM (python -m llmrr.vllm_replay bisect).
-  if (int rc = 0; cli::run_in_vllm("bisect", {"-m", "llmrr.vllm_replay", "bisect"}, argc, argv, &rc))
-    return rc;
+  // `--runtime NAME`: the run is re-executed in that runtime (tools/llmrr/runtimes/NAME).
+  if (int rc = 0; runtimes::dispatch("bisect", argc, argv, &rc)) return rc;
   CLI::App app{
       "Find the smallest set of B's factors (schedule, plans, routing) that reproduces "
       "B's split when replaying A's request alone.",

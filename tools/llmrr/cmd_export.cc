@@ -56,17 +56,14 @@ int write_parquet(const std::string& trace_path, const llmrr::safeio::OutputDir&
   const bool have_lib = !build.empty() && fs::is_regular_file(lib, ec);
   const bool have_package =
       !build.empty() && fs::is_regular_file(package / "llmrr" / "__init__.py", ec);
-  llmrr::Result<int> rc = llmrr::cli::run_program(
-      "export", {py, "-m", "llmrr.parquet", trace_path, dir.write_path()}, [&] {
-        if (have_lib && std::getenv("LLMRR_RECORDER_LIB") == nullptr)
-          ::setenv("LLMRR_RECORDER_LIB", lib.c_str(), 1);
-        if (have_package) {
-          const char* old = std::getenv("PYTHONPATH");
-          std::string p = package.string();
-          if (old != nullptr && *old != '\0') p += std::string(":") + old;
-          ::setenv("PYTHONPATH", p.c_str(), 1);
-        }
-      });
+  llmrr::cli::Child child;
+  child.argv = {py, "-m", "llmrr.parquet", trace_path, dir.write_path()};
+  child.in_child = [&] {
+    if (have_lib && std::getenv("LLMRR_RECORDER_LIB") == nullptr)
+      ::setenv("LLMRR_RECORDER_LIB", lib.c_str(), 1);
+    if (have_package) llmrr::cli::prepend_env("PYTHONPATH", package.string());
+  };
+  llmrr::Result<int> rc = llmrr::cli::run_child("export", std::move(child));
   if (!rc.ok()) return llmrr::cli::report("export", rc.status());
   if (*rc == 0) return 0;
   if (*rc != 2) {

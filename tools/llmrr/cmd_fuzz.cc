@@ -19,7 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/cli.h"
-#include "cli/vllm_exec.h"
+#include "runtimes/adapter.h"
 #include "engine_options.h"
 #include "llmrr/replayer/fuzz.h"
 #include "llmrr/safeio/cleanup.h"
@@ -195,14 +195,10 @@ int run_merge(int argc, char** argv) {
 
 int run_fuzz_command(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "merge") return run_merge(argc - 1, argv + 1);
-  // `llmrr fuzz --runtime vllm ARGS`: the campaign runs in vLLM, by the python module
-  // llmrr.vllm_fuzz (python/llmrr/vllm_fuzz.py) in the vLLM venv.
-  // `--runtime llamacpp`: llama-server runs under record-llamacpp, driven by the stdlib-only
-  // script python/llmrr/llamacpp_fuzz.py in python3.
-  if (int rc = 0; cli::run_in_python("fuzz", "llamacpp", "llmrr/llamacpp_fuzz.py", argc, argv,
-                                     &rc))
-    return rc;
-  if (int rc = 0; cli::run_in_vllm("fuzz", {"-m", "llmrr.vllm_fuzz"}, argc, argv, &rc)) return rc;
+  // `llmrr fuzz --runtime NAME ARGS`: the campaign runs in that runtime (vllm: the module
+  // llmrr.vllm_fuzz in the vLLM venv; llamacpp: llama-server under record-llamacpp, driven by
+  // python/llmrr/llamacpp_fuzz.py): tools/llmrr/runtimes/NAME.
+  if (int rc = 0; runtimes::dispatch("fuzz", argc, argv, &rc)) return rc;
   CLI::App app{
       "llmrr fuzz: run a prompt under many batch compositions and report what splits it"};
   app.name("fuzz");

@@ -13,20 +13,16 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "cli/llamacpp_exec.h"
-#include "cli/vllm_exec.h"
 #include "cli/trace_input.h"
+#include "runtimes/adapter.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/replayer/replay.h"
 #include "llmrr/safeio/output.h"
 
 int run_replay_command(int argc, char** argv) {
   using namespace llmrr;
-  // `--runtime llamacpp`: re-executed in libllama (llmrr-llamacpp-replay under the shim).
-  if (int rc = 0; cli::run_in_llamacpp("replay", argc, argv, &rc)) return rc;
-  // `--runtime vllm`: the run is re-executed in vLLM (python -m llmrr.vllm_replay replay).
-  if (int rc = 0; cli::run_in_vllm("replay", {"-m", "llmrr.vllm_replay", "replay"}, argc, argv, &rc))
-    return rc;
+  // `--runtime NAME`: re-executed in that runtime (tools/llmrr/runtimes/NAME).
+  if (int rc = 0; runtimes::dispatch("replay", argc, argv, &rc)) return rc;
   CLI::App app{"Replay a trace bit for bit and check everything it recorded.", "replay"};
   std::string path;
   replay::ReplayOptions o;

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <utility>
 
+#include "runtimes/adapter.h"
+
 #define LLMRR_COMMAND(name, cli_name) int run_##name##_command(int argc, char** argv);
 #include "commands.inc"
 #undef LLMRR_COMMAND
@@ -38,8 +40,6 @@ const char* describe(std::string_view name) {
       {"pack", "bundle traces (optionally redacted to one request) into a shareable file"},
       {"unpack", "extract a bundle written by llmrr pack"},
       {"export", "export a trace to Perfetto / Chrome trace JSON or to .npy files"},
-      {"record-cuda", "record the kernel sequence of an unmodified CUDA program (CUPTI)"},
-      {"record-vllm", "record a vLLM program's engine steps (the llmrr.vllm plugin)"},
   };
   for (const auto& [n, line] : kLines) {
     if (n == name) return line;
@@ -54,7 +54,13 @@ void usage(std::FILE* out) {
                "usage: llmrr <command> [options]   (llmrr <command> --help for each)\n"
                "\n"
                "commands:\n");
-  for (const Command& c : kCommands) std::fprintf(out, "  %-11s %s\n", c.name, describe(c.name));
+  for (const Command& c : kCommands) std::fprintf(out, "  %-15s %s\n", c.name, describe(c.name));
+  // record-<runtime>: one per adapter of tools/llmrr/runtimes/ that records.
+  for (const llmrr::runtimes::Adapter* a : llmrr::runtimes::adapters()) {
+    if (a->record == nullptr) continue;
+    const std::string name = std::string("record-") + a->name;
+    std::fprintf(out, "  %-15s %s\n", name.c_str(), a->record_help);
+  }
   std::fprintf(out,
                "\n"
                "exit codes: 0 ok / same, 1 runs differ, 2 bad input or usage, 3 internal error\n");
@@ -87,6 +93,10 @@ int main(int argc, char** argv) {
   }
   for (const Command& c : kCommands) {
     if (cmd == c.name) return c.run(argc - 1, argv + 1);
+  }
+  if (cmd.starts_with("record-")) {
+    const llmrr::runtimes::Adapter* a = llmrr::runtimes::find(cmd.substr(7));
+    if (a != nullptr && a->record != nullptr) return a->record(argc - 1, argv + 1);
   }
   std::fprintf(stderr, "llmrr: unknown command '%s' (see llmrr --help)\n", argv[1]);
   return 2;

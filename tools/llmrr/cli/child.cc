@@ -1,15 +1,19 @@
 #include "cli/child.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "cli/cli.h"
+#include "llmrr/format/trace_reader.h"
+#include "llmrr/safeio/output.h"
 
 namespace llmrr::cli {
 
@@ -43,33 +47,201 @@ bool has_bytes(const std::string& p) {
   return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
 }
 
-Result<int> run_program(const char* tool, std::vector<std::string> command,
-                        const std::function<void()>& in_child) {
+void prepend_env(const char* name, const std::string& path) {
+  const char* old = std::getenv(name);
+  const std::string v = old != nullptr && *old != '\0' ? path + ":" + old : path;
+  ::setenv(name, v.c_str(), 1);
+}
+
+namespace {
+
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
+
+volatile sig_atomic_t g_child = 0;
+
+void forward(int sig, siginfo_t* info, void*) {
+  // From the terminal (SI_KERNEL: the tty sent it to the foreground process group, the
+  // child included): the child has it already.
+  if (info != nullptr && info->si_code == SI_KERNEL) return;
+  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+}
+
+}  // namespace
+
+Result<int> run_child(const char* tool, Child c) {
+  if (c.argv.empty()) return make_error(ErrorCode::kInvalidArgument, "no program to run");
+  int fds[2] = {-1, -1};
+  if (c.out != nullptr && ::pipe(fds) != 0)
+    return make_error(ErrorCode::kIo, std::string("pipe: ") + std::strerror(errno));
+  // The signals are blocked across fork, so none is lost or taken by the wrong process:
+  // the child unblocks them with their default actions, this process once it knows the pid.
+  sigset_t block, old_mask;
+  sigemptyset(&block);
+  for (int s : kForwarded) sigaddset(&block, s);
+  struct sigaction old_actions[3];
+  if (c.forward_signals) {
+    ::sigprocmask(SIG_BLOCK, &block, &old_mask);
+    struct sigaction sa {};
+    sa.sa_sigaction = forward;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; ++i) ::sigaction(kForwarded[i], &sa, &old_actions[i]);
+  }
+  auto restore = [&] {
+    if (!c.forward_signals) return;
+    g_child = 0;
+    for (int i = 0; i < 3; ++i) ::sigaction(kForwarded[i], &old_actions[i], nullptr);
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  };
   const pid_t child = ::fork();
-  if (child < 0) return make_error(ErrorCode::kIo, std::string("fork: ") + std::strerror(errno));
+  if (child < 0) {
+    const int e = errno;
+    restore();
+    if (fds[0] >= 0) ::close(fds[0]), ::close(fds[1]);
+    return make_error(ErrorCode::kIo, std::string("fork: ") + std::strerror(e));
+  }
   if (child == 0) {
-    in_child();
+    if (c.forward_signals) {
+      for (int s : kForwarded) ::signal(s, SIG_DFL);
+      ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    }
+    if (c.in_child) c.in_child();
+    if (c.out != nullptr) {
+      ::dup2(fds[1], 1);
+      ::close(fds[0]);
+      ::close(fds[1]);
+    }
     std::vector<char*> args;
-    for (std::string& c : command) args.push_back(c.data());
+    for (std::string& a : c.argv) args.push_back(a.data());
     args.push_back(nullptr);
     ::execvp(args[0], args.data());
     std::fprintf(stderr, "llmrr %s: error: %s: cannot run: %s\n", tool, args[0],
                  std::strerror(errno));
     std::_Exit(127);
   }
-  std::signal(SIGINT, SIG_IGN);
-  std::signal(SIGTERM, SIG_IGN);
+  if (c.forward_signals) {
+    g_child = child;
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  }
+  if (c.out != nullptr) {
+    ::close(fds[1]);
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+      if (n > 0) c.out->append(buf, static_cast<size_t>(n));
+    ::close(fds[0]);
+  }
   int status = 0;
   while (::waitpid(child, &status, 0) < 0) {
     if (errno != EINTR) {
-      std::signal(SIGINT, SIG_DFL);
-      std::signal(SIGTERM, SIG_DFL);
-      return make_error(ErrorCode::kInternal, std::string("waitpid: ") + std::strerror(errno));
+      const int e = errno;
+      restore();
+      return make_error(ErrorCode::kInternal, std::string("waitpid: ") + std::strerror(e));
     }
   }
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  restore();
   return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 3;
+}
+
+int exec_program(const char* tool, std::vector<std::string> argv) {
+  if (argv.empty()) return 2;
+  if (std::getenv("LLMRR_BIN") == nullptr) {
+    if (const std::string self = self_exe(); !self.empty()) ::setenv("LLMRR_BIN", self.c_str(), 1);
+  }
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  ::execvp(args[0], args.data());
+  std::fprintf(stderr, "llmrr %s: error: cannot run %s: %s\n", tool, args[0], std::strerror(errno));
+  return 2;
+}
+
+Result<std::string> summarize_steps(const std::string& path) {
+  auto r = trace::TraceReader::open(path);
+  if (!r.ok()) return r.status();
+  const trace::TraceReader& rd = **r;
+  std::string s = std::to_string(rd.step_count()) + " steps, " +
+                  std::to_string(rd.requests().size()) + " requests, row hash " +
+                  trace::fingerprint_kind(rd.run_header().engine);
+  if (!rd.complete()) {
+    s += " (no footer: the recording process was killed; recovered up to its last whole step)";
+  } else if (rd.lossy()) {
+    s += ", LOSSY: " + rd.lossy_reason();
+  }
+  return s;
+}
+
+int record_child(const RecordedChild& spec) {
+  const char* tool = spec.tool;
+  const std::string path = absolute_path(spec.output);
+  if (Status st = safeio::check_output_file(path, "-o", {}); !st.ok()) return report(tool, st);
+  Result<safeio::OutputFile> partial =
+      safeio::OutputFile::create(path, "-o", safeio::OutputFile::Kind::kPartial);
+  if (!partial.ok()) return report(tool, partial.status());
+  const std::string written = partial->write_path();
+  auto rank_files = [&] {
+    std::vector<std::string> ranks;
+    if (!spec.rank_files) return ranks;
+    for (int rank = 1; rank < 1024 && is_file(written + ".rank" + std::to_string(rank)); ++rank)
+      ranks.push_back(written + ".rank" + std::to_string(rank));
+    return ranks;
+  };
+  struct RankCleanup {  // rank files of a partial trace that was not put into place
+    std::function<std::vector<std::string>()> list;
+    bool armed = true;
+    ~RankCleanup() {
+      if (armed)
+        for (const std::string& r : list()) ::unlink(r.c_str());
+    }
+  } rank_cleanup{rank_files};
+
+  Child child;
+  child.argv = spec.command;
+  child.in_child = [&] { spec.environment(written); };
+  Result<int> ran = run_child(tool, std::move(child));
+  if (!ran.ok()) return report(tool, ran.status());
+  const int code = *ran;
+  // The partial file was created empty: nothing in it means no trace (it is removed).
+  if (code == 127 && !has_bytes(written)) return 127;
+  if (!has_bytes(written)) {
+    report(tool, make_error(ErrorCode::kNotFound,
+                            path + ": no trace written: " + spec.no_trace_hint));
+    return code != 0 ? code : kExitBadInput;
+  }
+  const std::vector<std::string> ranks = rank_files();
+  std::vector<std::string> written_traces{written};
+  written_traces.insert(written_traces.end(), ranks.begin(), ranks.end());
+  auto summarize = spec.summarize ? spec.summarize : summarize_steps;
+  std::vector<std::string> lines;
+  for (const std::string& t : written_traces) {
+    Result<std::string> line = summarize(t);
+    if (!line.ok()) {
+      // Kept under their own names for a look (a killed program's trace may be a readable
+      // prefix: verify --allow-incomplete); -o is left as it was.
+      rank_cleanup.armed = false;
+      const std::string kept = partial->keep();
+      report(tool, line.status());
+      std::fprintf(stderr, "llmrr %s: %s is kept; %s is left as it was\n", tool, kept.c_str(),
+                   path.c_str());
+      return code != 0 ? code : exit_code(line.status());
+    }
+    lines.push_back(*line);
+  }
+  std::vector<std::string> traces{path};
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const std::string target = path + ".rank" + std::to_string(i + 1);
+    if (::rename(ranks[i].c_str(), target.c_str()) != 0) {
+      return report(tool, make_error(ErrorCode::kIo,
+                                     target + ": cannot write: " + std::strerror(errno)));
+    }
+    traces.push_back(target);
+  }
+  if (Status st = partial->commit(); !st.ok()) return report(tool, st);
+  for (size_t i = 0; i < traces.size(); ++i) {
+    std::fprintf(stderr, "llmrr %s: %s: %s; program exited with %d\n", tool, traces[i].c_str(),
+                 lines[i].c_str(), code);
+  }
+  return code;
 }
 
 }  // namespace llmrr::cli

@@ -1,6 +1,6 @@
-// Running the user's program under a recording command (record-cuda, record-vllm): fork,
-// set up the child's environment, exec, and wait with the terminal's signals left to the
-// program.
+// Running other programs from the CLI: one fork / exec / wait (run_child), and on it the
+// recording commands' whole life of a child under a recorder (record_child): the output
+// policy, the partial trace, signals, reading the trace back and putting it at -o.
 #pragma once
 
 #include <functional>
@@ -11,12 +11,59 @@
 
 namespace llmrr::cli {
 
-// Runs `command` (argv[0] looked up on PATH) after `in_child` ran in the forked child (set
-// its environment there). Returns the program's exit status, 128 + signal when it was
-// killed, 127 when it could not be started (said on stderr as "llmrr <tool>: error: ...").
-// While it runs, SIGINT and SIGTERM are ignored here: the program gets them itself.
-Result<int> run_program(const char* tool, std::vector<std::string> command,
-                        const std::function<void()>& in_child);
+struct Child {
+  // argv[0] is looked up on PATH unless it holds a '/'.
+  std::vector<std::string> argv;
+  // Runs in the forked child before exec (set its environment there; setenv is safe: the
+  // CLI is single-threaded).
+  std::function<void()> in_child;
+  // Non-null: the child's stdout is read into it.
+  std::string* out = nullptr;
+  // SIGINT, SIGTERM and SIGHUP sent to this process are passed on to the child while it
+  // runs (once each time they come), so stopping `llmrr record-* -- server` by its pid stops
+  // the server the same way; this process does not die of them and returns the child's
+  // status. A signal from the terminal (Ctrl-C: the kernel sends it to the whole foreground
+  // process group, the child included) is not passed on a second time.
+  bool forward_signals = true;
+};
+
+// The child's exit status, 128 + signal when it was killed, 127 when it could not be
+// started (said on stderr as "llmrr <tool>: error: <argv0>: cannot run: ...").
+Result<int> run_child(const char* tool, Child child);
+
+// Replaces this process with `argv` (argv[0] looked up on PATH unless it holds a '/'), with
+// $LLMRR_BIN set to this binary unless set (for the program's own llmrr calls). Returns 2,
+// said on stderr as "llmrr <tool>: error: cannot run <argv0>: <why>", only when it cannot.
+int exec_program(const char* tool, std::vector<std::string> argv);
+
+// What a recording command hands record_child.
+struct RecordedChild {
+  const char* tool = "";                // "record-vllm": its name in messages
+  std::string output;                   // -o as given
+  std::vector<std::string> command;     // the program and its arguments
+  // The child's environment, given the path it writes the trace to (<-o>.partial-XXXXXX).
+  std::function<void(const std::string& trace_path)> environment;
+  // Why a program may have written no trace ("the program ran no vLLM model step, ...").
+  std::string no_trace_hint;
+  // Tensor parallelism: ranks r > 0 write <trace_path>.rank<r>, put at <-o>.rank<r>.
+  bool rank_files = false;
+  // Reads one written trace (path: where it is now) and returns the line to print about it
+  // (after "llmrr <tool>: <-o>: "); an error keeps the trace under its partial name.
+  // Default: steps, requests, row hash, complete / lossy (an engine-step trace).
+  std::function<Result<std::string>(const std::string& path)> summarize;
+};
+
+// The -o policy of every recording command: a FIFO or a device as -o is refused (exit 2); the
+// child writes <-o>.partial-XXXXXX (created O_EXCL here), which is renamed over -o only when
+// the program has ended and the trace reads back, so an earlier trace at -o stays whole until
+// then and a stale one is never taken for this run's; a trace that does not read is kept
+// under its partial name and -o left as it was; after kill -9 of this command the partial
+// file is the readable prefix. Returns the program's exit status (128 + signal if killed),
+// or 2 / 3 when no trace could be written or read.
+int record_child(const RecordedChild& spec);
+
+// The default summary line of a trace of engine steps (record-vllm, record-llamacpp).
+Result<std::string> summarize_steps(const std::string& path);
 
 // Paths the recording commands hand to a child: this binary (/proc/self/exe; "" when it cannot
 // be read), its directory, `p` made absolute against the working directory (as it is when that
@@ -26,5 +73,9 @@ std::string self_dir();
 std::string absolute_path(const std::string& p);
 bool is_file(const std::string& p);
 bool has_bytes(const std::string& p);
+
+// Prepends `path` to the colon-separated variable `name` (LD_PRELOAD, PYTHONPATH) in this
+// process's environment (call it in Child::in_child).
+void prepend_env(const char* name, const std::string& path);
 
 }  // namespace llmrr::cli

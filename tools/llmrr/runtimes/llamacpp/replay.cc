@@ -1,92 +1,37 @@
-#include "cli/llamacpp_exec.h"
-
-#include <sys/stat.h>
-#include <sys/wait.h>
+// `llmrr replay --runtime llamacpp`: the recorded batches are re-executed in libllama by
+// llmrr-llamacpp-replay (llamacpp/replay) under the recording shim, and the new trace is
+// compared with the recorded one by `llmrr diff`.
 #include <unistd.h>
 
-#include <cerrno>
-#include <climits>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/safeio/output.h"
+#include "runtimes/adapter.h"
+#include "runtimes/llamacpp/llamacpp.h"
 
-namespace llmrr::cli {
+namespace llmrr::runtimes::llamacpp {
 
-namespace {
+extern const Adapter kAdapter;
 
-std::string self_exe() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
+using cli::kExitBadInput;
+using cli::kExitDiffer;
+using cli::kExitInternal;
+using cli::kExitOk;
+using cli::parse;
+using cli::report;
 
-bool is_file(const std::string& p) {
-  struct stat st;
-  return !p.empty() && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-// $ENV when set (the only place then), else NAME beside this binary.
-std::string find_part(const char* env, const char* name, std::string* tried) {
-  if (const char* e = std::getenv(env); e != nullptr && *e != '\0') {
-    *tried = e;
-    return is_file(e) ? std::string(e) : std::string();
-  }
-  const std::string exe = self_exe();
-  const std::string p = exe.substr(0, exe.rfind('/') + 1) + name;
-  *tried = p;
-  return is_file(p) ? p : std::string();
-}
-
-// Runs argv with `env` added; stdout captured into *out when out is not null.
-Result<int> run(const std::vector<std::string>& args, const std::vector<std::string>& env,
-                std::string* out) {
-  int fds[2] = {-1, -1};
-  if (out != nullptr && ::pipe(fds) != 0)
-    return make_error(ErrorCode::kIo, std::string("pipe: ") + std::strerror(errno));
-  const pid_t child = ::fork();
-  if (child < 0) return make_error(ErrorCode::kIo, std::string("fork: ") + std::strerror(errno));
-  if (child == 0) {
-    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    if (out != nullptr) {
-      ::dup2(fds[1], 1);
-      ::close(fds[0]);
-      ::close(fds[1]);
-    }
-    std::vector<char*> a;
-    for (const std::string& s : args) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    ::execv(a[0], a.data());
-    std::fprintf(stderr, "llmrr: %s: cannot run: %s\n", a[0], std::strerror(errno));
-    std::_Exit(127);
-  }
-  if (out != nullptr) {
-    ::close(fds[1]);
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-      if (n > 0) out->append(buf, static_cast<size_t>(n));
-    ::close(fds[0]);
-  }
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0)
-    if (errno != EINTR)
-      return make_error(ErrorCode::kInternal, std::string("waitpid: ") + std::strerror(errno));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-int replay(int argc, char** argv) {
+int replay(const char* command, int argc, char** argv) {
+  (void)command;
   CLI::App app{"Replay a llama.cpp trace in libllama (--runtime llamacpp).", "replay"};
-  std::string runtime, path, model, out;
+  std::string path, model, out;
   int n_batch = 0, n_ubatch = 0, threads = 0;
   bool force = false;
   std::string flash_attn;
-  app.add_option("--runtime", runtime, "llamacpp")->required();
   app.add_option("TRACE", path, "a trace recorded by llmrr record-llamacpp")->required();
   app.add_option("--model", model, "the GGUF file it was recorded with")->required();
   app.add_option("-o,--output", out, "the replay's trace (default: TRACE.replay.trace)");
@@ -109,18 +54,18 @@ int replay(int argc, char** argv) {
       "Exit codes: 0 bit-exact; 1 differs; 2 bad input (another model, not a llama.cpp trace,\n"
       "an existing -o); 3 internal error.");
   if (int rc = parse(app, argc, argv); rc >= 0) return rc;
-  if (runtime != "llamacpp")
-    return report("replay", make_error(ErrorCode::kInvalidArgument,
-                                       "--runtime " + runtime + ": expected llamacpp"));
-  std::string tried_driver, tried_shim;
+  std::vector<std::string> tried_driver, tried_shim;
   const std::string driver =
       find_part("LLMRR_LLAMACPP_REPLAY", "llmrr-llamacpp-replay", &tried_driver);
   const std::string shim = find_part("LLMRR_LLAMACPP_SHIM", "libllmrr_llamacpp.so", &tried_shim);
-  if (driver.empty() || shim.empty())
+  if (driver.empty())
     return report("replay", make_error(ErrorCode::kNotFound,
-                                       "no " + (driver.empty() ? tried_driver : tried_shim) +
-                                           ": build llmrr with llama.cpp present "
-                                           "(tools/setup/llamacpp, then reconfigure)"));
+                                       "no llmrr-llamacpp-replay (" +
+                                           missing_part(tried_driver, "LLMRR_LLAMACPP_REPLAY") + ")"));
+  if (shim.empty())
+    return report("replay", make_error(ErrorCode::kNotFound,
+                                       "no libllmrr_llamacpp.so (" +
+                                           missing_part(tried_shim, "LLMRR_LLAMACPP_SHIM") + ")"));
   if (out.empty()) {
     out = path;
     if (out.size() > 6 && out.compare(out.size() - 6, 6, ".trace") == 0) out.resize(out.size() - 6);
@@ -149,12 +94,17 @@ int replay(int argc, char** argv) {
   if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
   if (!flash_attn.empty()) args.insert(args.end(), {"--flash-attn", flash_attn});
   if (force) args.push_back("--force");
-  const char* old = std::getenv("LD_PRELOAD");
-  std::vector<std::string> env{
-      "LD_PRELOAD=" + (old != nullptr && *old != '\0' ? std::string(old) + ":" : "") + shim,
-      "LLMRR_LLAMACPP_TRACE=" + partial->write_path(), "LLMRR_CAPTURE=" + capture,
-      "LLMRR_LLAMACPP_FORCED=1"};
-  Result<int> ran = run(args, env, nullptr);
+  cli::Child driver_run;
+  driver_run.argv = args;
+  driver_run.in_child = [&] {
+    const char* old = std::getenv("LD_PRELOAD");
+    const std::string preload = (old != nullptr && *old != '\0' ? std::string(old) + ":" : "") + shim;
+    ::setenv("LD_PRELOAD", preload.c_str(), 1);
+    ::setenv(trace_env(kAdapter).c_str(), partial->write_path().c_str(), 1);
+    ::setenv(kCaptureEnv, capture.c_str(), 1);
+    ::setenv("LLMRR_LLAMACPP_FORCED", "1", 1);
+  };
+  Result<int> ran = cli::run_child("replay", std::move(driver_run));
   if (!ran.ok()) return report("replay", ran.status());
   if (*ran != 0) return *ran == 2 ? kExitBadInput : kExitInternal;
   int64_t steps = 0, rows = 0;
@@ -173,7 +123,10 @@ int replay(int argc, char** argv) {
   }
   if (Status st = partial->commit(); !st.ok()) return report("replay", st);
   std::string text;
-  Result<int> d = run({self_exe(), "diff", path, out, "--align", "ids"}, {}, &text);
+  cli::Child diff;
+  diff.argv = {cli::self_exe(), "diff", path, out, "--align", "ids"};
+  diff.out = &text;
+  Result<int> d = cli::run_child("replay", std::move(diff));
   if (!d.ok()) return report("replay", d.status());
   std::printf("replayed %s -> %s\n", path.c_str(), out.c_str());
   if (*d == 0) {
@@ -190,25 +143,4 @@ int replay(int argc, char** argv) {
   return *d == 1 ? kExitDiffer : *d;
 }
 
-}  // namespace
-
-bool run_in_llamacpp(const char* command, int argc, char** argv, int* rc) {
-  bool named = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if ((a == "--runtime" && i + 1 < argc && std::string(argv[i + 1]) == "llamacpp") ||
-        a == "--runtime=llamacpp")
-      named = true;
-  }
-  if (!named) return false;
-  if (std::string(command) == "replay") {
-    *rc = replay(argc, argv);
-  } else {
-    std::fprintf(stderr, "llmrr %s: error: --runtime llamacpp: not supported by %s (only "
-                         "replay)\n", command, command);
-    *rc = kExitBadInput;
-  }
-  return true;
-}
-
-}  // namespace llmrr::cli
+}  // namespace llmrr::runtimes::llamacpp

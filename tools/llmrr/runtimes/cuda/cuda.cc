@@ -22,13 +22,15 @@
 #include "cli/child.h"
 #include "cli/cli.h"
 #include "llmrr/replayer/diff_kernels.h"
-#include "llmrr/safeio/output.h"
+#include "runtimes/adapter.h"
+
+namespace llmrr::runtimes::cuda {
+
+extern const Adapter kAdapter;
 
 namespace {
 
-using namespace llmrr;
 using cli::absolute_path;
-using cli::has_bytes;
 using cli::is_file;
 using cli::self_dir;
 
@@ -60,9 +62,7 @@ using cli::self_dir;
   return q + "'";
 }
 
-}  // namespace
-
-int run_record_cuda_command(int argc, char** argv) {
+int record(int argc, char** argv) {
   CLI::App app{
       "Record the kernel sequence of an unmodified CUDA program: CUPTI kernel and memcpy\n"
       "activity, split into steps at device/stream synchronisations or by an NVTX range.",
@@ -116,22 +116,16 @@ int run_record_cuda_command(int argc, char** argv) {
                                                  "libllmrr_cupti.so: expected it at one of " +
                                                      where + " (or set LLMRR_CUPTI_LIBRARY)"));
   }
-  const std::string path = absolute_path(out);
-  // The injection library writes "<-o>.partial-XXXXXX" (created O_EXCL here), renamed over
-  // -o once the program is done and the trace reads: an earlier trace at -o stays whole
-  // until then, and a stale one is never mistaken for this run's. A FIFO or a device as -o
-  // is refused.
-  if (Status st = safeio::check_output_file(path, "-o", {}); !st.ok()) {
-    return cli::report("record-cuda", st);
-  }
-  Result<safeio::OutputFile> partial =
-      safeio::OutputFile::create(path, "-o", safeio::OutputFile::Kind::kPartial);
-  if (!partial.ok()) return cli::report("record-cuda", partial.status());
-  const std::string written = partial->write_path();
   std::string cmdline;
   for (const std::string& c : command) cmdline += (cmdline.empty() ? "" : " ") + quote(c);
-
-  Result<int> ran = cli::run_program("record-cuda", command, [&] {
+  cli::RecordedChild spec;
+  spec.tool = "record-cuda";
+  spec.output = out;
+  spec.command = command;
+  spec.no_trace_hint =
+      "the program never initialized CUDA, or the injection library could not start (see its "
+      "warnings)";
+  spec.environment = [&](const std::string& written) {
     ::setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
     ::setenv("LLMRR_CUPTI_OUTPUT", written.c_str(), 1);
     ::setenv("LLMRR_CUPTI_PID", std::to_string(::getpid()).c_str(), 1);
@@ -150,42 +144,27 @@ int run_record_cuda_command(int argc, char** argv) {
     if (!step_range.empty() || nvtx_all)
       ::setenv("NVTX_INJECTION64_PATH", LLMRR_CUPTI_LIBRARY_PATH, 0);
 #endif
-  });
-  if (!ran.ok()) return cli::report("record-cuda", ran.status());
-  const int code = *ran;
-  // The partial file was created empty: nothing in it means no trace (it is removed).
-  if (code == 127 && !has_bytes(written)) return 127;
-  if (!has_bytes(written)) {
-    cli::report("record-cuda",
-                make_error(ErrorCode::kNotFound,
-                           path + ": no trace written: the program never initialized CUDA, or "
-                                  "the injection library could not start (see its warnings)"));
-    return code != 0 ? code : cli::kExitBadInput;
-  }
-  auto sum = replay::summarize_kernel_trace(written);
-  if (!sum.ok()) {
-    // Kept under its own name for a look (a crashed program's trace may be a readable
-    // prefix: verify --allow-incomplete); -o is left as it was.
-    const std::string kept = partial->keep();
-    cli::report("record-cuda", sum.status());
-    std::fprintf(stderr, "llmrr record-cuda: %s is kept; %s is left as it was\n", kept.c_str(),
-                 path.c_str());
-    return code != 0 ? code : cli::exit_code(sum.status());
-  }
-  if (Status st = partial->commit(); !st.ok()) {
-    cli::report("record-cuda", st);
-    return code != 0 ? code : cli::exit_code(st);
-  }
-  std::fprintf(
-      stderr,
-      "llmrr record-cuda: %s: %lld kernels, %lld memcpys, %lld ranges in %lld steps "
-      "(%s)%s; program exited with %d\n",
-      path.c_str(), static_cast<long long>(sum->kernels), static_cast<long long>(sum->memcpys),
-      static_cast<long long>(sum->ranges), static_cast<long long>(sum->steps),
-      step_range.empty() ? "split at synchronisations" : ("NVTX range " + step_range).c_str(),
-      sum->dropped ? (", " + std::to_string(sum->dropped) + " records DROPPED").c_str()
-                   : (sum->lossy ? ", LOSSY" : ""),
-      code);
-  return code;
+  };
+  spec.summarize = [&](const std::string& written) -> Result<std::string> {
+    auto sum = replay::summarize_kernel_trace(written);
+    if (!sum.ok()) return sum.status();
+    return std::to_string(sum->kernels) + " kernels, " + std::to_string(sum->memcpys) +
+           " memcpys, " + std::to_string(sum->ranges) + " ranges in " +
+           std::to_string(sum->steps) + " steps (" +
+           (step_range.empty() ? std::string("split at synchronisations")
+                               : "NVTX range " + step_range) +
+           ")" +
+           (sum->dropped ? ", " + std::to_string(sum->dropped) + " records DROPPED"
+                         : std::string(sum->lossy ? ", LOSSY" : ""));
+  };
+  return cli::record_child(spec);
 #endif
 }
+
+}  // namespace
+
+const Adapter kAdapter{"cuda", record,
+                       "record the kernel sequence of an unmodified CUDA program (CUPTI)", nullptr,
+                       nullptr, nullptr};
+
+}  // namespace llmrr::runtimes::cuda

@@ -1,0 +1,143 @@
+#!/bin/sh
+# The recording commands' shared contract (tools/llmrr/cli/child.h record_child, the runtime
+# table tools/llmrr/runtimes/), on fake_runtime, a C-ABI program that records until it is
+# stopped: a signal sent to `llmrr record-<runtime>` reaches the program, which closes its
+# trace, and the whole trace is at -o within seconds; the env scheme (LLMRR_<NAME>_TRACE,
+# LLMRR_CAPTURE, LLMRR_TOP_K) reaches it; an earlier -o stays whole until a whole trace
+# replaces it; kill -9 leaves the readable prefix; no trace is exit 2 with nothing left;
+# `--runtime` names what it expected.
+#   record_child_test.sh LLMRR FAKE_RUNTIME A_SHARED_LIBRARY WORKDIR
+set -u
+llmrr=$1
+fake=$2
+shim=$3   # any shared library: record-llamacpp preloads it as the shim
+work=$4
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# wait_for FILE SECONDS: 0 when FILE appears in time
+wait_for() {
+  i=0
+  while [ ! -e "$1" ]; do
+    i=$((i + 1))
+    [ "$i" -gt $(($2 * 20)) ] && return 1
+    sleep 0.05
+  done
+}
+
+# wait_exit PID SECONDS: the process's exit status, 255 when it outlived SECONDS (then killed)
+wait_exit() {
+  i=0
+  while kill -0 "$1" 2>/dev/null; do
+    i=$((i + 1))
+    if [ "$i" -gt $(($2 * 20)) ]; then
+      kill -9 "$1" 2>/dev/null
+      wait "$1" 2>/dev/null
+      return 255
+    fi
+    sleep 0.05
+  done
+  wait "$1"
+}
+
+# stop_by SIGNAL COMMAND NAME: runs `llmrr COMMAND` around fake_runtime NAME, sends SIGNAL
+# to llmrr's pid once the program has recorded a step, and checks the trace.
+stop_by() {
+  sig=$1; cmd=$2; name=$3; shift 3
+  t="$work/$cmd-$sig.trace"
+  ready="$work/$cmd-$sig.ready"
+  LLMRR_LLAMACPP_SHIM=$shim "$llmrr" "$cmd" "$@" -o "$t" -- "$fake" "$name" 100000 "$ready" \
+    >"$t.out" 2>"$t.err" &
+  pid=$!
+  wait_for "$ready" 20 || fail "$cmd: the program never recorded a step: $(cat "$t.err")"
+  sleep 0.2
+  start=$(date +%s)
+  kill -"$sig" "$pid"
+  wait_exit "$pid" 10
+  rc=$?
+  took=$(($(date +%s) - start))
+  [ "$rc" -eq 0 ] || fail "$cmd stopped by SIG$sig: exit $rc after ${took}s (expected 0: the program closed its trace): $(cat "$t.err")"
+  grep -q "fake_runtime: stopped by signal" "$t.err" || fail "$cmd: SIG$sig did not reach the program: $(cat "$t.err")"
+  v=$("$llmrr" verify "$t" 2>&1) || fail "$cmd SIG$sig: $t does not verify: $v"
+  echo "$v" | grep -q "complete" || fail "$cmd SIG$sig: $t is not complete: $v"
+  steps=$(echo "$v" | sed -n 's/.* \([0-9][0-9]*\) steps.*/\1/p')
+  [ "${steps:-0}" -ge 2 ] || fail "$cmd SIG$sig: $steps steps in $t"
+  grep -q "llmrr $cmd: $t: $steps steps, 1 requests, row hash xxh3-64; program exited with 0" "$t.err" ||
+    fail "$cmd SIG$sig: no summary line: $(cat "$t.err")"
+  ls "$work" | grep -q "partial" && fail "$cmd SIG$sig: a partial file is left: $(ls "$work")"
+  echo "$cmd stopped by SIG$sig: exit $rc in ${took}s, $steps steps"
+}
+
+stop_by INT record-vllm VLLM
+stop_by TERM record-vllm VLLM
+stop_by HUP record-vllm VLLM
+stop_by TERM record-llamacpp LLAMACPP --capture all --top-k 5
+# The shared settings reached the program through LLMRR_CAPTURE and LLMRR_TOP_K.
+"$llmrr" inspect "$work/record-llamacpp-TERM.trace" 2>&1 | grep -q "capture    sites all, logits topk (top-5)" ||
+  fail "record-llamacpp --capture all --top-k 5 did not reach the program: $("$llmrr" inspect "$work/record-llamacpp-TERM.trace" 2>&1 | grep capture)"
+# A runtime's switch is its own: LLMRR_VLLM_TRACE does not switch on a llama.cpp recorder.
+LLMRR_LLAMACPP_SHIM=$shim "$llmrr" record-llamacpp -o "$work/wrong.trace" -- "$fake" VLLM 3 "$work/wrong.ready" \
+  >/dev/null 2>"$work/wrong.err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "record-llamacpp around a program that records nothing: exit $rc (expected 2)"
+grep -q "no trace written" "$work/wrong.err" || fail "no 'no trace written': $(cat "$work/wrong.err")"
+[ -e "$work/wrong.trace" ] && fail "record-llamacpp left a -o without a trace"
+ls "$work" | grep -q "wrong.trace.partial" && fail "a partial file is left after no trace"
+
+# An earlier -o stays whole until a whole trace replaces it; kill -9 of the recording command
+# (and of its program) leaves -o as it was and the partial file as a readable prefix.
+old="$work/old.trace"
+printf 'an earlier run' >"$old"
+"$llmrr" record-vllm -o "$old" -- "$fake" VLLM 100000 "$work/old.ready" hang >/dev/null 2>&1 &
+pid=$!
+wait_for "$work/old.ready" 20 || fail "kill -9: the program never recorded a step"
+sleep 0.3
+kill -INT "$pid"   # passed on; this program ignores it, so both keep running
+sleep 0.3
+kill -0 "$pid" 2>/dev/null || fail "record-vllm ended on SIGINT while its program still ran"
+kill -9 "$pid"
+pkill -9 -f "^$fake VLLM 100000 $work/old.ready" 2>/dev/null
+wait "$pid" 2>/dev/null
+[ "$(cat "$old")" = "an earlier run" ] || fail "kill -9 changed the earlier -o"
+partial=$(ls "$work" | grep "old.trace.partial-" | head -1)
+if [ -z "$partial" ]; then
+  fail "kill -9: no partial file left ($(ls "$work"))"
+else
+  v=$("$llmrr" verify --allow-incomplete "$work/$partial" 2>&1) ||
+    fail "kill -9: the partial file is not a readable prefix: $v"
+  echo "kill -9: -o kept as it was; $partial: $(echo "$v" | head -1 | cut -c1-100)"
+fi
+# Then a whole run replaces it.
+"$llmrr" record-vllm -o "$old" -- "$fake" VLLM 4 "$work/old2.ready" >/dev/null 2>&1 ||
+  fail "record-vllm of 4 steps failed"
+"$llmrr" verify "$old" 2>&1 | grep -q "complete, .* 4 steps" || fail "the earlier -o was not replaced by the 4-step trace"
+
+# A program that is killed (its own crash, or kill -9 of it alone): the readable prefix is put
+# at -o, said incomplete, and the exit status is the program's.
+"$llmrr" record-vllm -o "$work/killed.trace" -- "$fake" VLLM 100000 "$work/killed.ready" hang \
+  >/dev/null 2>"$work/killed.err" &
+pid=$!
+wait_for "$work/killed.ready" 20 || fail "killed: the program never recorded a step"
+sleep 0.3
+pkill -9 -f "^$fake VLLM 100000 $work/killed.ready"  # the program only
+wait_exit "$pid" 10
+rc=$?
+[ "$rc" -eq 137 ] || fail "record-vllm whose program was killed: exit $rc (expected 137)"
+grep -q "no footer" "$work/killed.err" || fail "killed: the summary does not say incomplete: $(cat "$work/killed.err")"
+"$llmrr" verify --allow-incomplete "$work/killed.trace" >/dev/null 2>&1 || fail "killed: -o is not a readable prefix"
+
+# --runtime: the table names what each verb takes.
+out=$("$llmrr" replay --runtime sglang x.trace 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] || fail "replay --runtime sglang: exit $rc"
+echo "$out" | grep -q "expected vllm or llamacpp" || fail "replay --runtime sglang: $out"
+out=$("$llmrr" bisect --runtime llamacpp a b 2>&1)
+[ $? -eq 2 ] && echo "$out" | grep -q "llamacpp has no bisect" || fail "bisect --runtime llamacpp: $out"
+"$llmrr" --help | grep -q "record-llamacpp" || fail "llmrr --help does not list record-llamacpp"
+
+if [ "$fails" -ne 0 ]; then
+  echo "$fails check(s) failed"
+  exit 1
+fi
+echo "all record_child checks passed"
