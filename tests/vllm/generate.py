@@ -21,6 +21,8 @@ def main():
         extra["block_size"] = a["block"]
     if a.get("blocks"):
         extra["num_gpu_blocks_override"] = a["blocks"]
+    if a.get("attention_backend"):
+        extra["attention_backend"] = a["attention_backend"]
     llm = LLM(model=sys.argv[1], skip_tokenizer_init=True, enforce_eager=a.get("eager", True),
               dtype=a.get("dtype", "float32"), max_model_len=256,
               kv_cache_memory_bytes=64 << 20, max_num_batched_tokens=a.get("mbt", 256),
