@@ -1,5 +1,6 @@
 #!/bin/sh
-# tools/ci/check-required and the fuzz regression driver refuse what did not run (issue 37).
+# tools/ci/check-required and the fuzz regression driver refuse what did not run (issue 37);
+# check-required refuses a skip that no skip line of its list allows (issue 44).
 #   check_required_test.sh SOURCE_DIR FUZZ_REGRESSION_DRIVER
 set -u
 src="$1"
@@ -22,6 +23,8 @@ cat >"$tmp/list" <<'LIST'
 a pass  story\.paris        the France story
 a pass  fuzz_regression\..* the corpora
 a built Gpu\..*             gpu binaries built
+a skip  Other\.Skips        needs what this step lacks
+a skip  Gone\..*            a test that no longer exists
 b pass  Inst/Suite\.Case/X  a parameterized gtest name
 LIST
 mkdir -p "$tmp/ok/a" "$tmp/ok/b"
@@ -41,13 +44,31 @@ cat >"$tmp/ok/b/t.xml" <<'XML'
 <testsuites tests="1"><testsuite name="Inst/Suite"><testcase name="Case/X" classname="Inst/Suite" status="run" result="completed"/></testsuite></testsuites>
 XML
 expect 0 "every required test of a b ran and passed" -- "$check" --list "$tmp/list" --junit-dir "$tmp/ok" a b
-expect 0 "Other.Skips skipped (not required)" -- "$check" --list "$tmp/list" --junit-dir "$tmp/ok" a
+# An allow-listed skip passes, with its reason; a skip line that matches nothing is a note.
+expect 0 "Other.Skips skipped (allowed: needs what this step lacks): skipped: not required" -- "$check" --list "$tmp/list" --junit-dir "$tmp/ok" a
+expect 0 "note: skip line 5 (Gone.*) matches no test of the step: a stale allow-list entry" -- "$check" --list "$tmp/list" --junit-dir "$tmp/ok" a
+
+# A skip no line allows fails, naming the test, the reason and the hint: in a ctest file ...
+mkdir -p "$tmp/unlisted/a" "$tmp/unlisted-gtest/b"
+sed 's|</testsuite>|  <testcase name="Extra.Skips" classname="Extra.Skips" time="0" status="notrun"><skipped message="Skipped"/><system-out>skipped: no widget here</system-out></testcase>\n</testsuite>|' \
+  "$tmp/ok/a/ctest.xml" >"$tmp/unlisted/a/ctest.xml"
+expect 1 "Extra.Skips: SKIPPED (not allow-listed): skipped: no widget here -- add a 'a skip PATTERN why' line to $tmp/list if it is expected" -- "$check" --list "$tmp/list" --junit-dir "$tmp/unlisted" a
+# ... and in a gtest file (GTEST_SKIP: result="skipped").
+sed 's|</testsuite>|<testcase name="Case/Y" classname="Inst/Suite" status="run" result="skipped"><skipped message="no device"/></testcase></testsuite>|' \
+  "$tmp/ok/b/t.xml" >"$tmp/unlisted-gtest/b/t.xml"
+expect 1 "Inst/Suite.Case/Y: SKIPPED (not allow-listed): no device" -- "$check" --list "$tmp/list" --junit-dir "$tmp/unlisted-gtest" b
+# A skip line does not excuse a required test.
+{ cat "$tmp/list"; echo 'a skip  story\..*  cannot excuse a pass line'; } >"$tmp/list-excuse"
+# A skip line without its reason is a malformed list.
+{ cat "$tmp/list"; echo 'a skip  Other\.Skips'; } >"$tmp/list-noreason"
+expect 2 "a skip line needs its reason" -- "$check" --list "$tmp/list-noreason" --junit-dir "$tmp/ok" a
 
 # The required story skipped: fails, naming it and the reason.
 mkdir -p "$tmp/skip/a"
 sed 's|<testcase name="story.paris" classname="story.paris" time="1" status="run"><system-out>Paris</system-out></testcase>|<testcase name="story.paris" classname="story.paris" time="0" status="notrun"><skipped message="Skipped"/><system-out>skipped: model.gguf is absent</system-out></testcase>|' \
   "$tmp/ok/a/ctest.xml" >"$tmp/skip/a/ctest.xml"
 expect 1 "story.paris: SKIPPED: skipped: model.gguf is absent" -- "$check" --list "$tmp/list" --junit-dir "$tmp/skip" a
+expect 1 "story.paris: SKIPPED: skipped: model.gguf is absent" -- "$check" --list "$tmp/list-excuse" --junit-dir "$tmp/skip" a
 # Absent from the run (the corpus tests were not registered): fails, naming the pattern.
 mkdir -p "$tmp/absent/a"
 grep -v fuzz_regression "$tmp/ok/a/ctest.xml" >"$tmp/absent/a/ctest.xml"
