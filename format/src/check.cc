@@ -38,7 +38,7 @@ std::string SemanticChecker::duplicate_site(const std::vector<T>& v, const char*
   return {};
 }
 
-std::string check_plan(const PlanRecord& p) {
+std::string plan_problem(const PlanRecord& p) {
   if (static_cast<uint8_t>(p.op) > 3)
     return "op: expected 0..3 (gemm, rmsnorm, attention, combine), found " +
            num(static_cast<uint8_t>(p.op));
@@ -176,7 +176,7 @@ std::string SemanticChecker::check_step(const StepRecord& s, int64_t blob_count)
   // Plans.
   if (std::string d = duplicate_site(s.plans, "plans"); !d.empty()) return at + d;
   for (size_t i = 0; i < s.plans.size(); ++i) {
-    std::string e = check_plan(s.plans[i].plan);
+    std::string e = plan_problem(s.plans[i].plan);
     if (!e.empty()) return at + idx("plans", i) + " (site " + unum(s.plans[i].site) + "): " + e;
   }
 
@@ -342,3 +342,11 @@ std::string SemanticChecker::check_step(const StepRecord& s, int64_t blob_count)
 }
 
 }  // namespace llmrr::trace::detail
+
+namespace llmrr::trace {
+
+std::string check_plan(const PlanRecord& plan) {
+  return detail::plan_problem(plan);
+}
+
+}  // namespace llmrr::trace

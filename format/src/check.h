@@ -11,8 +11,8 @@
 
 namespace llmrr::trace::detail {
 
-// Problems with a plan on its own ("" when valid).
-std::string check_plan(const PlanRecord& plan);
+// Problems with a plan on its own ("" when valid): trace::check_plan (records.h).
+std::string plan_problem(const PlanRecord& plan);
 
 class SemanticChecker {
  public:

@@ -1,6 +1,6 @@
 """Python's copies of the C ABI's numbers (python/llmrr/_lib.py) against the header that
 defines them (recorder/include/llmrr/recorder.h), whose macros are checked at compile time
-against the trace's vocabulary (format/include/llmrr/format/vocab.h; recorder/src/c_api.cc).
+against the trace's vocabulary (format/include/llmrr/format/vocab.h; recorder/src/c_api/c_api.cc).
 Together: one definition per concept, from the schema to Python. Also the ctypes Config's
 fields against the C struct's, in order. Stdlib only (label unit: runs in every test run).
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -927,11 +928,39 @@ TEST(CApi, ExportsOnlyTheCAbi) {
         "llmrr_recorder_mark_lossy", "llmrr_recorder_discard_step"}) {
     EXPECT_NE(::dlsym(lib, name), nullptr) << name;
   }
-  for (const char* hidden : {"_ZN5llmrr15base_run_headerEv", "_ZN5llmrr5trace10hash_bytesEPKvm",
-                             "_ZN5llmrr13TraceRecorder5closeEv"}) {
+  for (const char* hidden : {"_ZN5llmrr9recording15base_run_headerEv",
+                             "_ZN5llmrr5trace10hash_bytesEPKvm",
+                             "_ZN5llmrr9recording12StepRecorder5closeEv"}) {
     EXPECT_EQ(::dlsym(lib, hidden), nullptr) << hidden << " is exported";
   }
   ::dlclose(lib);
+}
+
+// The recording SDK carries no engine: libllmrr_recorder_c.so is the C ABI over the
+// recording module's StepRecorder, the writer and the reader ABI (format, safeio), linked with
+// --no-undefined; none of its symbols, local ones included, is the engine's (kernels, runtime,
+// the Observer adapter).
+TEST(CApi, RecorderLibraryCarriesNoEngineCode) {
+  const std::string cmd = std::string("nm -C --defined-only '") + LLMRR_C_LIB + "' 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = ::pclose(p);
+  if (rc != 0 && out.find("no symbols") != std::string::npos)
+    GTEST_SKIP() << "the library is stripped: " << out.substr(0, 200);
+  ASSERT_EQ(rc, 0) << out.substr(0, 400);
+  EXPECT_NE(out.find("llmrr::recording::StepRecorder::close()"), std::string::npos)
+      << "expected the SDK's StepRecorder in the library";
+  for (const char* engine : {"llmrr::kernels::", "llmrr::Engine", "llmrr::TraceRecorder",
+                             "llmrr::Observer", "llmrr::Model"}) {
+    const size_t at = out.find(engine);
+    EXPECT_EQ(at, std::string::npos)
+        << engine << " is in the recording SDK: "
+        << out.substr(out.rfind('\n', at) + 1, 160);
+  }
 }
 
 // The reader ABI by itself (libllmrr_reader_c.so: format and safeio, no engine code, linked

@@ -12,7 +12,7 @@
 
 #include "llmrr/kernels/ops.h"
 
-namespace llmrr::recorder_internal {
+namespace llmrr::recording::internal {
 namespace {
 
 bool same_bits(float a, float b) {
@@ -85,4 +85,4 @@ TEST(RowStats, TopKIsIdenticalToTheReference) {
 }
 
 }  // namespace
-}  // namespace llmrr::recorder_internal
+}  // namespace llmrr::recording::internal

@@ -139,6 +139,12 @@ struct PlanRecord {
   bool operator==(const PlanRecord&) const = default;
 };
 
+// Empty when the writer accepts `plan` on its own (op, mode and order in range, splits,
+// k-tile, arrival order, a cuBLASLt algorithm's bounds), otherwise what is wrong
+// ("k_tile: expected a multiple of 16, found 20"). A producer checks a plan before
+// recording it; the writer checks every step with it.
+std::string check_plan(const PlanRecord& plan);
+
 struct SitePlan {
   uint64_t site = 0;  // packed SiteId
   PlanRecord plan;

@@ -21,6 +21,7 @@
 #include "llmrr/kernels/sample.h"
 #include "llmrr/kernels/threadpool.h"
 #include "llmrr/format/site.h"
+#include "llmrr/recording/views.h"
 
 namespace llmrr {
 
@@ -56,53 +57,12 @@ struct StepInfo {
   int64_t rows = 0;                        // Σ count
 };
 
-// Rows of one site: row r of `data` is batch row batch_rows[r] (identity when null).
-// A device engine (EngineConfig::device) computes each row's fingerprint where the row
-// lives and hands over only those: `fingerprints` set (one per row, exactly
-// trace::fingerprint_row of the row) and `data` null. Observers that need the values
-// themselves run on the CPU engine.
-struct RowsView {
-  int64_t step = 0;
-  SiteId site;
-  const float* data = nullptr;
-  int64_t ld = 0;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  const int32_t* batch_rows = nullptr;
-  const trace::Fingerprint* fingerprints = nullptr;
-};
-
+// The rows an engine hands its observers (the recording SDK's views: site rows with row
+// fingerprints when a device engine hashed them where they live, MoE routing, logits).
+using RowsView = recording::RowsView;
 using RouteOutcome = trace::RouteOutcome;  // kKept, kRerouted, kDropped
-
-// Routing of every token of a step at one MoE layer. Arrays are rows × k, rank order.
-struct RoutingView {
-  int64_t step = 0;
-  int32_t layer = 0;
-  int64_t rows = 0;                 // tokens (= batch rows)
-  int32_t k = 0;
-  int32_t experts_total = 0;
-  int32_t capacity = 0;             // per expert; 0 = unbounded (dropless)
-  const int32_t* chosen = nullptr;  // the router's top-k before capacity
-  const int32_t* experts = nullptr; // the experts used after overflow handling (-1 dropped)
-  const float* gates = nullptr;     // combine weights of the slots
-  const RouteOutcome* outcome = nullptr;
-  // Row r of the arrays is batch row batch_rows[r] of the step (identity when null; set in
-  // request-alone replay, where only some rows of the recorded batch are computed).
-  const int32_t* batch_rows = nullptr;
-};
-
-struct LogitsView {
-  int64_t step = 0;
-  RequestId request = 0;
-  int32_t position = 0;             // position of the row whose logits these are
-  int64_t batch_row = 0;
-  const float* logits = nullptr;
-  int64_t vocab = 0;
-  // >= 0: these floats are row `logits_site_row` of the rows this step reported for the
-  // "logits" site (on_rows), unchanged since: an observer that copied those may use its copy.
-  // −1 (a C ABI caller, or no such promise): a row of its own.
-  int64_t logits_site_row = -1;
-};
+using RoutingView = recording::RoutingView;
+using LogitsView = recording::LogitsView;
 
 struct TokenEvent {
   int64_t step = 0;

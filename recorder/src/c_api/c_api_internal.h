@@ -16,12 +16,12 @@
 #include "llmrr/format/fingerprint.h"
 #include "llmrr/format/status.h"
 #include "llmrr/recorder.h"
-#include "llmrr/recorder/trace_recorder.h"
 #include "llmrr/format/site.h"
+#include "llmrr/recording/step_recorder.h"
 
 struct llmrr_recorder {
   std::mutex mu;
-  std::unique_ptr<llmrr::TraceRecorder> rec;
+  std::unique_ptr<llmrr::recording::StepRecorder> rec;
   int32_t vocab = 0;  // from the config; 0 = unchecked
   bool caller_hashes = false;  // config.fingerprint "mixsum64": rows come as fingerprints
   // config.inline_steps: record_rows fingerprints the rows where they are, on the calling
@@ -31,7 +31,7 @@ struct llmrr_recorder {
   bool any_step = false;
   int64_t step = 0;
   int64_t step_rows = 0;
-  std::vector<llmrr::BatchSegment> segments;
+  std::vector<llmrr::trace::Segment> segments;
   std::unordered_set<uint64_t> plan_sites, row_sites;
   std::unordered_set<int32_t> routing_layers;
   std::set<std::pair<uint64_t, int32_t>> logits_rows, token_rows;
@@ -119,7 +119,7 @@ inline bool parse_site_name(const char* name, llmrr::SiteId* out) {
 inline std::string unknown_site(const char* name) {
   return "unknown site '" + str(name) +
          "' (llmrr site names: embed, L<i>.attn.q, L<i>.mlp.down, L<i>.moe.e<j>.up, L<i>.out, "
-         "final_norm, logits, ...; see runtime/include/llmrr/format/site.h)";
+         "final_norm, logits, ...; see format/include/llmrr/format/site.h)";
 }
 
 inline float bf16_to_f32(uint16_t v) {
@@ -176,10 +176,10 @@ inline bool dtype_ok(int32_t dtype) {
   return dtype == LLMRR_DTYPE_F32 || dtype == LLMRR_DTYPE_BF16 || dtype == LLMRR_DTYPE_F16;
 }
 
-inline const llmrr::BatchSegment* segment_of(const llmrr_recorder* r, uint64_t request, int32_t position,
+inline const llmrr::trace::Segment* segment_of(const llmrr_recorder* r, uint64_t request, int32_t position,
                                       int64_t* batch_row) {
   int64_t row = 0;
-  for (const llmrr::BatchSegment& g : r->segments) {
+  for (const llmrr::trace::Segment& g : r->segments) {
     if (g.request == request && position >= g.start && position < g.start + g.count) {
       if (batch_row) *batch_row = row + (position - g.start);
       return &g;

@@ -1,4 +1,4 @@
-// The recorder's top-K (run wherever a step is completed), made cheap without changing a bit
+// StepRecorder's top-K (run wherever a step is completed), made cheap without changing a bit
 // of what is recorded: it skips most of a large vocabulary with a block-maximum threshold,
 // ranks the few candidates of a short row above a pair-maximum threshold by counting (else
 // scans it with insertion), and returns exactly what kernels::topk returns
@@ -7,10 +7,10 @@
 
 #include <cstdint>
 
-namespace llmrr::recorder_internal {
+namespace llmrr::recording::internal {
 
 // Identical to kernels::topk(x, n, k, ids, values): the k entries that rank first (larger
 // value, then lower id; NaN after every number), in rank order.
 void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values);
 
-}  // namespace llmrr::recorder_internal
+}  // namespace llmrr::recording::internal

@@ -6,13 +6,11 @@
 #include <limits>
 #include <vector>
 
-#include "llmrr/kernels/ops.h"
-
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
-namespace llmrr::recorder_internal {
+namespace llmrr::recording::internal {
 
 namespace {
 
@@ -124,6 +122,31 @@ bool top_k_ranked(const float* x, int64_t n, int k, int32_t* ids, float* values)
 }
 #endif
 
+// The rank order itself (the engine's kernels::topk, which this module does not link, ranks
+// the same way): NaN after every number, larger value first, ties by lower id; k > n pads
+// with id −1 and −inf.
+void top_k_reference(const float* x, int64_t n, int k, int32_t* ids, float* values) {
+  thread_local std::vector<Ranked> all;
+  all.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = {x[i], static_cast<int32_t>(i)};
+  auto before = [](const Ranked& a, const Ranked& b) {
+    const bool na = a.v != a.v, nb = b.v != b.v;
+    if (na != nb) return nb;
+    if (!na && a.v != b.v) return a.v > b.v;
+    return a.id < b.id;
+  };
+  const int64_t m = std::min<int64_t>(k, n);
+  std::partial_sort(all.begin(), all.begin() + m, all.end(), before);
+  for (int64_t i = 0; i < m; ++i) {
+    ids[i] = all[static_cast<size_t>(i)].id;
+    values[i] = all[static_cast<size_t>(i)].v;
+  }
+  for (int64_t i = m; i < k; ++i) {
+    ids[i] = -1;
+    values[i] = -std::numeric_limits<float>::infinity();
+  }
+}
+
 constexpr int64_t kBlock = 64;
 
 }  // namespace
@@ -132,7 +155,7 @@ void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) {
   if (k <= 0) return;
   // NaN ranks after every number; rare enough to leave to the reference.
   if (k > n || any_nan(x, n)) {
-    kernels::topk(x, n, k, ids, values);
+    top_k_reference(x, n, k, ids, values);
     return;
   }
 #if defined(__AVX2__)
@@ -244,4 +267,4 @@ void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) {
   }
 }
 
-}  // namespace llmrr::recorder_internal
+}  // namespace llmrr::recording::internal

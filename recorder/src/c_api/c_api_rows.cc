@@ -74,7 +74,7 @@ int llmrr_recorder_record_rows(llmrr_recorder* r, const char* site_name, const v
     if (data == nullptr) return bad_call(r, fn, where + ": data is null");
     r->row_sites.insert(site.packed());
     if (!r->rec->wants_rows(site)) return LLMRR_OK;  // not at this capture level
-    llmrr::RowsView v;
+    llmrr::recording::RowsView v;
     v.step = r->step;
     v.site = site;
     v.rows = rows;
@@ -103,7 +103,7 @@ int llmrr_recorder_record_rows(llmrr_recorder* r, const char* site_name, const v
       v.data = nullptr;
       v.fingerprints = fp.data();
     }
-    r->rec->on_rows(v);
+    r->rec->rows(v);
     return after(r);
   });
 }
@@ -133,14 +133,14 @@ int llmrr_recorder_record_fingerprints(llmrr_recorder* r, const char* site_name,
       fp[static_cast<size_t>(i)].l2 = l2 ? l2[i] : 0.0f;
       fp[static_cast<size_t>(i)].max_abs = max_abs ? max_abs[i] : 0.0f;
     }
-    llmrr::RowsView v;
+    llmrr::recording::RowsView v;
     v.step = r->step;
     v.site = site;
     v.rows = rows;
     v.cols = cols;
     v.batch_rows = batch_rows;
     v.fingerprints = fp.data();
-    r->rec->on_rows(v);
+    r->rec->rows(v);
     return after(r);
   });
 }

@@ -1,6 +1,6 @@
-// One step on its way from the engine's callbacks to the writer (TraceRecorder's pipeline).
+// One step on its way from the producer's calls to the writer (StepRecorder's pipeline).
 //
-// The engine's thread fills a slot with what the callbacks hand over: the small records
+// The producer's thread fills a slot with what the callbacks hand over: the small records
 // (arrivals, segments, plans, routing, tokens, finishes) as they will be stored, and the
 // float rows whose fingerprints, top-K and blobs are still to be computed as plain copies in
 // one arena. The recorder's thread then completes the StepRecord from the copies and appends
@@ -15,7 +15,7 @@
 
 #include "llmrr/format/records.h"
 
-namespace llmrr::recorder_internal {
+namespace llmrr::recording::internal {
 
 // A growable float buffer addressed by offsets (which stay valid when it grows). Unlike a
 // std::vector, taking space does not zero it: every float taken is written by a copy.
@@ -109,4 +109,4 @@ struct StepSlot {
   }
 };
 
-}  // namespace llmrr::recorder_internal
+}  // namespace llmrr::recording::internal

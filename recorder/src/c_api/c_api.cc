@@ -19,8 +19,7 @@
 #include "llmrr/format/fingerprint.h"
 #include "llmrr/format/status.h"
 #include "llmrr/format/vocab.h"
-#include "llmrr/kernels/plan.h"
-#include "llmrr/recorder/trace_recorder.h"
+#include "llmrr/recording/step_recorder.h"
 #include "llmrr/format/site.h"
 #include "llmrr/safeio/json.h"
 
@@ -150,7 +149,7 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
       return bad(j.status().message());
     }
 
-    llmrr::trace::RunHeader h = llmrr::base_run_header();
+    llmrr::trace::RunHeader h = llmrr::recording::base_run_header();
     const std::string tool = str(c.tool_version);
     h.tool_version = tool.empty() ? "llmrr C ABI " + h.tool_version
                                   : tool + " (llmrr C ABI " + h.tool_version + ")";
@@ -176,15 +175,15 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     if (c.device_name && *c.device_name) h.device.name = c.device_name;
     if (c.device_kind && *c.device_kind) h.device.kind = c.device_kind;
 
-    llmrr::RecorderOptions o;
+    llmrr::recording::Options o;
     o.capture = static_cast<llmrr::trace::CaptureLevel>(c.capture);
     o.logits = static_cast<llmrr::trace::LogitsMode>(c.logits_mode);
     o.top_k = c.top_k;
     o.writer.zstd_level = c.zstd_level;
     o.writer.sync_on_close = c.sync_on_close != 0;
     o.background = c.inline_steps == 0;
-    llmrr::Result<std::unique_ptr<llmrr::TraceRecorder>> rec =
-        llmrr::TraceRecorder::open(path, std::move(h), o);
+    llmrr::Result<std::unique_ptr<llmrr::recording::StepRecorder>> rec =
+        llmrr::recording::StepRecorder::open(path, std::move(h), o);
     if (!rec.ok()) {
       g_last_error = rec.status().to_string();
       return code_of(rec.status());
@@ -247,19 +246,19 @@ int llmrr_recorder_add_request(llmrr_recorder* r, const llmrr_request* q) {
     if (!(q->top_p > 0 && q->top_p <= 1)) return bad_call(r, fn, who + ": top_p must be in (0, 1]");
     if (q->max_tokens < 1) return bad_call(r, fn, who + ": max_tokens must be >= 1");
     if (q->arrival_step < 0) return bad_call(r, fn, who + ": arrival_step must be >= 0");
-    llmrr::RequestSpec spec;
-    spec.id = q->id;
-    spec.prompt.assign(q->prompt, q->prompt + q->prompt_len);
-    spec.sampling.temperature = q->temperature;
-    spec.sampling.top_k = q->top_k;
-    spec.sampling.top_p = q->top_p;
-    spec.sampling.seed = q->seed;
-    spec.max_tokens = q->max_tokens;
-    spec.arrival_step = q->arrival_step;
-    spec.stop_at_eos = q->stop_at_eos != 0;
-    spec.label = str(q->label);
+    llmrr::trace::RequestRecord rec;
+    rec.id = q->id;
+    rec.prompt.assign(q->prompt, q->prompt + q->prompt_len);
+    rec.temperature = q->temperature;
+    rec.top_k = q->top_k;
+    rec.top_p = q->top_p;
+    rec.seed = q->seed;
+    rec.max_tokens = q->max_tokens;
+    rec.arrival_step = q->arrival_step;
+    rec.stop_at_eos = q->stop_at_eos != 0;
+    rec.label = str(q->label);
     r->requests.insert(q->id);
-    r->rec->on_arrival(r->in_step ? r->step : q->arrival_step, spec);
+    r->rec->arrival(std::move(rec));
     return after(r);
   });
 }
@@ -280,7 +279,7 @@ int llmrr_recorder_begin_step(llmrr_recorder* r, int64_t step, const llmrr_segme
                           std::to_string(r->step));
     }
     if (n > 0 && segs == nullptr) return bad_call(r, fn, "segments is null");
-    std::vector<llmrr::BatchSegment> segments;
+    std::vector<llmrr::trace::Segment> segments;
     segments.reserve(n);
     int64_t rows = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -298,13 +297,13 @@ int llmrr_recorder_begin_step(llmrr_recorder* r, int64_t step, const llmrr_segme
         return bad_call(r, fn, where + ": kind must be LLMRR_SEGMENT_PREFILL or _DECODE");
       }
       if (g.sample != 0 && g.sample != 1) return bad_call(r, fn, where + ": sample must be 0 or 1");
-      llmrr::BatchSegment b;
+      llmrr::trace::Segment b;
       b.request = g.request;
       b.start = g.start;
       b.count = g.count;
       b.cached = g.cached;
-      b.kind = g.kind == LLMRR_SEGMENT_DECODE ? llmrr::SegmentKind::kDecode
-                                              : llmrr::SegmentKind::kPrefill;
+      b.kind = g.kind == LLMRR_SEGMENT_DECODE ? llmrr::trace::SegmentKind::kDecode
+                                              : llmrr::trace::SegmentKind::kPrefill;
       b.sample = g.sample != 0;
       rows += g.count;
       if (rows > std::numeric_limits<int32_t>::max()) return bad_call(r, fn, "too many rows");
@@ -321,11 +320,8 @@ int llmrr_recorder_begin_step(llmrr_recorder* r, int64_t step, const llmrr_segme
     r->logits_rows.clear();
     r->token_rows.clear();
     r->step_finished.clear();
-    llmrr::StepInfo info;
-    info.step = step;
-    info.segments = r->segments;
-    info.rows = rows;
-    r->rec->on_step(info);
+    r->rec->begin_step(step);
+    for (const llmrr::trace::Segment& g : r->segments) r->rec->segment(g);
     return after(r);
   });
 }
@@ -350,19 +346,20 @@ int llmrr_recorder_record_plan(llmrr_recorder* r, const char* site_name, const l
           r, fn, where + ": arrival is null with arrival_len " + std::to_string(p->arrival_len));
     }
     if (p->arrival_len > (size_t{1} << 24)) return bad_call(r, fn, where + ": arrival too long");
-    llmrr::Plan plan;
-    plan.op = static_cast<llmrr::OpKind>(p->op);
-    plan.mode = static_cast<llmrr::SplitMode>(p->mode);
-    plan.order = static_cast<llmrr::CombineOrder>(p->order);
+    llmrr::trace::PlanRecord plan;
+    plan.op = static_cast<llmrr::trace::OpKind>(p->op);
+    plan.mode = static_cast<llmrr::trace::SplitMode>(p->mode);
+    plan.order = static_cast<llmrr::trace::CombineOrder>(p->order);
     plan.separate_new_kv = p->separate_new_kv != 0;
     plan.splits = p->splits;
     plan.split_size = p->split_size;
     plan.k_tile = p->k_tile;
     if (p->arrival_len > 0) plan.arrival.assign(p->arrival, p->arrival + p->arrival_len);
-    std::string why = llmrr::plan_check(plan);
+    // The writer's own check (format/): a plan it would refuse is dropped here instead.
+    std::string why = llmrr::trace::check_plan(plan);
     if (!why.empty()) return bad_call(r, fn, where + ": bad plan: " + why);
     r->plan_sites.insert(site.packed());
-    r->rec->on_plan(r->step, site, plan);
+    r->rec->plan(site, std::move(plan));
     return after(r);
   });
 }
@@ -407,7 +404,7 @@ int llmrr_recorder_record_routing(llmrr_recorder* r, const llmrr_routing* g) {
     const size_t n = static_cast<size_t>(g->rows) * static_cast<size_t>(g->k);
     std::vector<int32_t> chosen(n), experts(g->experts, g->experts + n);
     std::vector<float> gates(n, 0.0f);
-    std::vector<llmrr::RouteOutcome> outcome(n);
+    std::vector<llmrr::trace::RouteOutcome> outcome(n);
     for (size_t i = 0; i < n; ++i) {
       chosen[i] = g->chosen ? g->chosen[i] : g->experts[i];
       if (experts[i] < -1 || experts[i] >= g->experts_total || chosen[i] < 0 ||
@@ -425,10 +422,10 @@ int llmrr_recorder_record_routing(llmrr_recorder* r, const llmrr_routing* g) {
                         where + ": slot " + std::to_string(i) + ": outcome " + std::to_string(o) +
                             " is not LLMRR_ROUTE_*");
       }
-      outcome[i] = static_cast<llmrr::RouteOutcome>(o);
+      outcome[i] = static_cast<llmrr::trace::RouteOutcome>(o);
     }
     r->routing_layers.insert(g->layer);
-    llmrr::RoutingView v;
+    llmrr::recording::RoutingView v;
     v.step = r->step;
     v.layer = g->layer;
     v.rows = g->rows;
@@ -439,7 +436,7 @@ int llmrr_recorder_record_routing(llmrr_recorder* r, const llmrr_routing* g) {
     v.experts = experts.data();
     v.gates = gates.data();
     v.outcome = outcome.data();
-    r->rec->on_routing(v);
+    r->rec->routing(v);
     return after(r);
   });
 }
@@ -475,7 +472,7 @@ int llmrr_recorder_record_logits(llmrr_recorder* r, uint64_t request, int32_t po
     }
     if (logits == nullptr) return bad_call(r, fn, where + ": logits is null");
     r->logits_rows.insert({request, position});
-    llmrr::LogitsView v;
+    llmrr::recording::LogitsView v;
     v.step = r->step;
     v.request = request;
     v.position = position;
@@ -487,7 +484,7 @@ int llmrr_recorder_record_logits(llmrr_recorder* r, uint64_t request, int32_t po
       widen(logits, dtype, 1, vocab, vocab, &r->scratch);
       v.logits = r->scratch.data();
     }
-    r->rec->on_logits(v);
+    r->rec->logits(v);
     return after(r);
   });
 }
@@ -511,14 +508,7 @@ int llmrr_recorder_record_token(llmrr_recorder* r, uint64_t request, int32_t pos
     if (r->token_rows.count({request, position}))
       return bad_call(r, fn, where + ": token already recorded");
     r->token_rows.insert({request, position});
-    llmrr::TokenEvent t;
-    t.step = r->step;
-    t.request = request;
-    t.position = position;
-    t.token = token;
-    t.sample.token = token;
-    t.sample.uniform = uniform;
-    r->rec->on_token(t);
+    r->rec->token({request, position, token, uniform});
     return after(r);
   });
 }
@@ -537,12 +527,11 @@ int llmrr_recorder_record_finish(llmrr_recorder* r, uint64_t request, int32_t re
     }
     r->finished.insert(request);
     r->step_finished.push_back(request);
-    llmrr::RequestFinish f;
-    f.step = r->step;
+    llmrr::trace::FinishRecord f;
     f.request = request;
-    f.reason = static_cast<llmrr::FinishReason>(reason);
+    f.reason = static_cast<llmrr::trace::FinishReason>(reason);
     f.generated = generated;
-    r->rec->on_finish(f);
+    r->rec->finish(f);
     return after(r);
   });
 }
@@ -552,7 +541,7 @@ int llmrr_recorder_end_step(llmrr_recorder* r) {
   return guarded(r, fn, [&]() -> int {
     if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
     r->in_step = false;
-    r->rec->on_step_end(r->step);
+    r->rec->end_step();
     return after(r);
   });
 }
