@@ -2,7 +2,7 @@
 `pip install ./python` gives a self-contained package. The library comes from
 $LLMRR_RECORDER_LIB, else ../build/default/recorder/ (build it first:
 `cmake --build build/default --target llmrr_recorder_c`). Without one the package still
-installs and looks for the library at run time (llmrr/_lib.py says where).
+installs and looks for the library at run time (llmrr/core/_lib.py says where).
 
 A wheel with the library bundled is platform-specific (py3-none-<platform>: the library is
 loaded through ctypes, so any Python 3 on that platform); without it the wheel is pure

@@ -23,10 +23,11 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# llama-server's client side (free port, /completion, /health) is llmrr.llamacpp_fuzz's, loaded
-# by path: that module is stdlib-only, while importing the llmrr package needs numpy.
+# llama-server's client side (free port, /completion, /health) is
+# llmrr.campaigns.llamacpp_fuzz's, loaded by path: that module is stdlib-only, while importing
+# the llmrr package needs numpy.
 _spec = importlib.util.spec_from_file_location(
-    "llamacpp_fuzz", os.path.join(ROOT, "python", "llmrr", "llamacpp_fuzz.py"))
+    "llamacpp_fuzz", os.path.join(ROOT, "python", "llmrr", "campaigns", "llamacpp_fuzz.py"))
 lcf = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lcf)
 

@@ -26,7 +26,7 @@ CHILD = r"""
 import ctypes, json, resource, sys, time
 import numpy as np
 import llmrr
-from llmrr import arrow
+from llmrr.core import arrow
 mode, path, first, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 t0 = time.perf_counter()
 if mode == "eager":          # every table at open: the reader's old llmrr.open path

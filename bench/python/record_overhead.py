@@ -14,7 +14,7 @@ is capture M with the rows copied to and completed on the library's own thread
 default for host rows), to measure one against the other. vLLM runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING
 =0) with enforce_eager=True (row hooks), or with --compiled as vLLM compiles it (rows through
 the llmrr::site_rows op; "all" there is fewer sites than eager's); "off" is the same run
-without the plugin switched on. transformers runs generate() with llmrr.torch.record.
+without the plugin switched on. transformers runs generate() with llmrr.runtimes.torch.record.
 
 --breakdown (vLLM) says where capture "all"'s time goes: per round an "off" process, then one
 recording process that alternates generates with Recorder.host_rows timed and generates whose
@@ -60,14 +60,14 @@ def child_vllm(a):
     sp = SamplingParams(temperature=0, max_tokens=a.tokens, ignore_eos=True, detokenize=False)
     ps = [TokensPrompt(prompt_token_ids=p) for p in prompts(a.batch)]
     if a.mode != "off":
-        import llmrr.vllm
+        import llmrr.runtimes.vllm
     llm.generate(ps, sp, use_tqdm=False)  # warm-up (and the recorder's start)
     if a.breakdown:
         return breakdown_vllm(a, llm, ps, sp)
     times = []
     for r in range(a.reps):
         if a.mode != "off":
-            llmrr.vllm.rotate(os.path.join(a.tmp, "v-%s-%d.trace" % (a.mode, r)))
+            llmrr.runtimes.vllm.rotate(os.path.join(a.tmp, "v-%s-%d.trace" % (a.mode, r)))
         t = time.perf_counter()
         llm.generate(ps, sp, use_tqdm=False)
         times.append(time.perf_counter() - t)
@@ -80,8 +80,8 @@ def breakdown_vllm(a, llm, ps, sp):
     and its Python, no fingerprint); Recorder.end_step (the step stored) is timed in both.
     Returns the median seconds of each, and host_rows' calls and floats per generate (the
     timing adds ~0.3 us a call)."""
-    import llmrr.vllm
-    from llmrr.recorder import Recorder
+    import llmrr.runtimes.vllm
+    from llmrr.core.recorder import Recorder
     real_rows, real_end = Recorder.host_rows, Recorder.end_step
     acc = {}
 
@@ -105,7 +105,7 @@ def breakdown_vllm(a, llm, ps, sp):
                 Recorder.host_rows = (timed_rows if variant == "all"
                                       else (lambda self, s, x, n: True))
                 acc.update(rows_s=0.0, end_s=0.0, calls=0, floats=0)
-                llmrr.vllm.rotate(os.path.join(a.tmp, "b-%s-%d.trace" % (variant, r)))
+                llmrr.runtimes.vllm.rotate(os.path.join(a.tmp, "b-%s-%d.trace" % (variant, r)))
                 t = time.perf_counter()
                 llm.generate(ps, sp, use_tqdm=False)
                 for k, v in ((variant, time.perf_counter() - t),
@@ -135,9 +135,9 @@ def child_transformers(a):
             with torch.no_grad():
                 m.generate(ids, **kw)
         else:
-            import llmrr.torch
+            import llmrr.runtimes.torch
             path = os.path.join(a.tmp, "t-%s-%d.trace" % (a.mode, i))
-            with torch.no_grad(), llmrr.torch.record(m, path, capture=a.mode):
+            with torch.no_grad(), llmrr.runtimes.torch.record(m, path, capture=a.mode):
                 m.generate(ids, **kw)
     run(-1)
     times = []
@@ -161,7 +161,7 @@ def main():
                    help="comma-separated: off, none, layers, all, and M:thread variants")
     p.add_argument("--compiled", action="store_true",
                    help="vLLM compiles its model (enforce_eager=False): rows through the "
-                        "llmrr::site_rows op llmrr.vllm puts into it")
+                        "llmrr::site_rows op llmrr.runtimes.vllm puts into it")
     p.add_argument("--breakdown", action="store_true",
                    help="vLLM only: where capture all's time goes (off; every hook without the "
                         "fingerprints; all, with host_rows timed), in one recording process")

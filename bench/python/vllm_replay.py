@@ -1,4 +1,4 @@
-"""bench/python/vllm_replay.py: record vLLM runs with llmrr.vllm and replay each with
+"""bench/python/vllm_replay.py: record vLLM runs with llmrr.runtimes.vllm and replay each with
 `llmrr replay --runtime vllm`; prints one table row per run (setting, steps, requests, verdict,
 record and replay seconds) and how many replayed bit-exact.
 

@@ -31,7 +31,7 @@ _CHECKOUT_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 if os.path.isfile(os.path.join(_CHECKOUT_PYTHON, "llmrr", "_lib.py")):
     sys.path.insert(0, os.path.normpath(_CHECKOUT_PYTHON))
 from llmrr import _lib  # noqa: E402
-from llmrr._lib import (DTYPE_F16, DTYPE_F32, FINISH_MAX_TOKENS, OP_GEMM,  # noqa: E402
+from llmrr.core._lib import (DTYPE_F16, DTYPE_F32, FINISH_MAX_TOKENS, OP_GEMM,  # noqa: E402
                         SEGMENT_DECODE, SEGMENT_PREFILL, Config, Plan, Request, Segment)
 
 CAPTURE_ALL = _lib.CAPTURE["all"]

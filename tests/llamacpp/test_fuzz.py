@@ -1,8 +1,10 @@
-"""`llmrr fuzz --runtime llamacpp` (python/llmrr/llamacpp_fuzz.py): six drawn llama-server runs
-under record-llamacpp; the summary's counts add up to the runs, every trace verified, each
-run's class agrees with the server's own text (visible iff it differs from the baseline's), and
-the target alone twice (no co-requests, -np 1) is classified identical. Refusals: an existing
---out, --runs 0, a missing model: exit 2 with one line, nothing written."""
+"""`llmrr fuzz --runtime llamacpp` (python/llmrr/campaigns/llamacpp_fuzz.py): six drawn
+llama-server runs under record-llamacpp; the summary (docs/fuzz-summary.md: `llmrr fuzz`'s
+schema with a "llamacpp" section) has counts that add up to the runs and that `llmrr fuzz
+merge` reads back, every trace verified, each run's class agrees with the server's own text
+(visible iff it differs from the baseline's), and the target alone twice (no co-requests,
+-np 1) is classified identical. Refusals: an existing --out, --runs 0, a missing model: exit 2
+with one line, nothing written."""
 import json
 import os
 import subprocess
@@ -26,26 +28,37 @@ class LlamacppFuzzTest(unittest.TestCase):
         p = fuzz("--runs", "6", "--seed", "3", "--n-predict", "8", "--out", "fz")
         self.assertIn(p.returncode, (0, 1), p.stderr[-3000:])
         s = json.load(open("fz/summary.json"))
-        self.assertEqual(s["runs"], 6)
+        self.assertEqual((s["llmrr_fuzz_summary"], s["runtime"]), (1, "llamacpp"))
+        self.assertEqual((s["campaign"]["runs"], s["runs_done"]), (6, 6))
         self.assertEqual(len(s["results"]), 6)
-        self.assertEqual(sum(s["counts"].values()), 6)
-        self.assertEqual(s["verified"], 6)
-        for name, table in s["by"].items():
+        st, lc = s["stats"], s["llamacpp"]
+        self.assertEqual(st["identical"] + st["numerical"] + st["visible"], 6)
+        self.assertEqual(lc["verified"], 6)
+        for name, table in lc["by"].items():
             self.assertEqual(sum(b["runs"] for b in table.values()), 6, name)
-        self.assertEqual(p.returncode, 1 if s["counts"]["identical"] < 6 else 0)
-        self.assertTrue(os.path.isfile("fz/traces/baseline.trace"))
+        self.assertEqual(p.returncode, 1 if st["identical"] < 6 else 0)
+        self.assertTrue(os.path.isfile(os.path.join("fz", lc["baseline_trace"])))
         self.assertEqual(subprocess.run([LLMRR, "verify", "fz/traces/baseline.trace"],
                                         capture_output=True).returncode, 0)
+        self.assertEqual(s["completions"][s["baseline_completion"]]["text"], lc["baseline_text"])
         md = open("fz/summary.md").read()
-        self.assertIn("| identical | %d |" % s["counts"]["identical"], md)
+        self.assertIn("| identical | %d |" % st["identical"], md)
         for r in s["results"]:
+            x = r["llamacpp"]
             # the server's own text: a visible split iff it differs from the baseline's
-            self.assertEqual(r["verdict"] == "visible", r["text"] != s["baseline_text"], r)
+            self.assertEqual(r["verdict"] == "visible", x["text"] != lc["baseline_text"], r)
+            self.assertEqual(r["co_requests"], len(x["config"]["co"]))
             if r["verdict"] != "identical":
-                self.assertGreaterEqual(r["first_step"], 0, r)
-                self.assertTrue(r["first_site"], r)
-                self.assertTrue(os.path.isfile("fz/traces/run%d.trace" % r["run"]))
+                self.assertGreaterEqual(x["first_step"], 0, r)
+                self.assertTrue(x["first_site"], r)
+                self.assertEqual(x["trace"], "traces/run%d.trace" % r["index"])
+                self.assertTrue(os.path.isfile(os.path.join("fz", x["trace"])))
         self.assertFalse([f for f in os.listdir(".") if f.startswith(".llamacpp-fuzz-")])
+        # `llmrr fuzz`'s own reader takes it: the same stats, counted again from the runs
+        m = subprocess.run([LLMRR, "fuzz", "merge", "fz", "--json"], capture_output=True,
+                           text=True)
+        self.assertEqual(m.returncode, p.returncode, m.stderr)
+        self.assertEqual(json.loads(m.stdout)["stats"], st)
 
     def test_target_alone_is_identical(self):
         # no co-requests and one slot: the target alone twice, as the baseline was
@@ -53,8 +66,10 @@ class LlamacppFuzzTest(unittest.TestCase):
                  "--slots", "1", "--out", "alone")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr[-3000:])
         s = json.load(open("alone/summary.json"))
-        self.assertEqual(s["counts"], {"identical": 2, "numerical": 0, "visible": 0})
-        self.assertTrue(all(r["first_site"] is None and r["text"] == s["baseline_text"]
+        self.assertEqual({k: s["stats"][k] for k in ("identical", "numerical", "visible")},
+                         {"identical": 2, "numerical": 0, "visible": 0})
+        self.assertTrue(all(r["llamacpp"]["first_site"] is None and r["llamacpp"]["trace"] is None
+                            and r["llamacpp"]["text"] == s["llamacpp"]["baseline_text"]
                             for r in s["results"]))
 
     def test_refusals(self):

@@ -1,4 +1,4 @@
-"""Python's copies of the C ABI's numbers (python/llmrr/_lib.py) against the header that
+"""Python's copies of the C ABI's numbers (python/llmrr/core/_lib.py) against the header that
 defines them (recorder/include/llmrr/recorder.h), whose macros are checked at compile time
 against the trace's vocabulary (format/include/llmrr/format/vocab.h; recorder/src/c_api/c_api.cc).
 Together: one definition per concept, from the schema to Python. Also the ctypes Config's
@@ -15,7 +15,7 @@ import unittest
 ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..")
 HEADER = os.path.join(ROOT, "recorder", "include", "llmrr", "recorder.h")
-LIB_PY = os.path.join(ROOT, "python", "llmrr", "_lib.py")
+LIB_PY = os.path.join(ROOT, "python", "llmrr", "core", "_lib.py")
 
 
 def header_macros():
@@ -26,7 +26,7 @@ def header_macros():
 
 
 def load_lib_module():
-    # _lib.py imports only ctypes, glob and os: loaded as a file, no numpy, no library.
+    # _lib.py imports only the standard library: loaded as a file, no numpy, no library.
     spec = importlib.util.spec_from_file_location("llmrr_lib_under_test", LIB_PY)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

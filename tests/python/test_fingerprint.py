@@ -1,4 +1,4 @@
-"""mixsum64 computed with torch ops where the tensor lives (llmrr.fingerprint) against the
+"""mixsum64 computed with torch ops where the tensor lives (llmrr.core.fingerprint) against the
 C library's reference (llmrr_fingerprint_mixsum64, format/include/llmrr/format/fingerprint.h)
 bit for bit: fp32, bf16 and f16 rows, special values, row lengths from 1 to a vocabulary, on
 the CPU and on a GPU where one is at hand; the same trace through both recorder paths (rows
@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import llmrr  # noqa: E402
-from llmrr import _lib, fingerprint  # noqa: E402
+from llmrr.core import _lib, fingerprint  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

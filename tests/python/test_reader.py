@@ -143,7 +143,7 @@ class ReaderTest(unittest.TestCase):
                       str(e))
 
     def test_json_depth_scan(self):
-        from llmrr import _json
+        from llmrr.core import _json
         self.assertEqual(_json.too_deep_at("[" * 64 + "]" * 64), 0)
         self.assertEqual(_json.too_deep_at("[" * 65), 65)
         self.assertEqual(_json.too_deep_at('{"a": "' + "[" * 100 + '"}'), 0)  # in a string

@@ -1,6 +1,6 @@
 """The proof on real code: Hugging Face transformers (CPU) runs the committed tiny Llama,
 Mixtral, Qwen2-MoE, Qwen3, Qwen3-MoE and DeepSeek-V3 checkpoints on one prompt alone (batch 1) and inside a left-padded
-batch of 8, llmrr.torch.record records both, and `llmrr diff` says where they split. Where
+batch of 8, llmrr.runtimes.torch.record records both, and `llmrr diff` says where they split. Where
 torch's CPU kernels split depends on the machine (the GEMM kernels oneDNN / MKL pick differ
 between AVX2, AVX-512 and AMX machines), so the finding `llmrr diff` must report is worked
 out here from the tensors transformers itself computed in the two runs: the first target
@@ -23,7 +23,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 import llmrr  # noqa: E402
-import llmrr.torch  # noqa: E402
+import llmrr.runtimes.torch  # noqa: E402
 
 FIXTURES = os.environ["LLMRR_FIXTURES"]
 TARGET = [1, 17, 42, 255, 256, 3, 99]  # the fixtures' prompt p7
@@ -97,8 +97,8 @@ class Saved:
 
 
 def sites_of(model, capture):
-    """{site: (module, inputs)} in forward order, as the llmrr.torch hooks name them
-    (python/llmrr/torch.py), plus "logits" (the LM head)."""
+    """{site: (module, inputs)} in forward order, as the llmrr.runtimes.torch hooks name them
+    (python/llmrr/runtimes/torch.py), plus "logits" (the LM head)."""
     sites = {}
     for i, layer in enumerate(model.model.layers):
         attn, mlp = layer.self_attn, layer.mlp
@@ -186,7 +186,7 @@ def run(model, prompts, path, capture="all", eos=None, watch=None):
     ids, mask = padded(prompts)
     saved = Saved(watch or {})
     try:
-        with llmrr.torch.record(model, path, capture=capture):
+        with llmrr.runtimes.torch.record(model, path, capture=capture):
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=MAX_NEW,
                                  do_sample=False, pad_token_id=0, eos_token_id=eos)
     finally:
@@ -255,7 +255,7 @@ class BatchDependence(unittest.TestCase):
     def check_batch(self, t, mask):
         B, T = mask.shape
         s0 = t.segments.where(step=0)
-        pad = s0.request == llmrr.torch.PADDING_REQUEST
+        pad = s0.request == llmrr.runtimes.torch.PADDING_REQUEST
         self.assertEqual(int(s0["count"][pad].sum()), int((mask == 0).sum()))
         self.assertEqual(int(s0["count"].sum()), B * T)
         for b in range(B):
@@ -383,7 +383,7 @@ class HookBehaviour(unittest.TestCase):
         self.assertEqual(fin.step.tolist(), [0])
         self.assertEqual(len(t.segments.where(step=1, request=ROW)), 0)
         if len(t.steps) > 1:
-            pad = t.segments.where(step=1, request=llmrr.torch.PADDING_REQUEST)
+            pad = t.segments.where(step=1, request=llmrr.runtimes.torch.PADDING_REQUEST)
             self.assertGreaterEqual(int(pad["count"].sum()), 1)
         self.assertEqual(t.generated(ROW).tolist(), [first])
 
@@ -395,12 +395,12 @@ class HookBehaviour(unittest.TestCase):
         os.environ["LLMRR_TRACE"] = "env.trace"
         try:
             ids, mask = padded([TARGET])
-            with llmrr.torch.record(model):
+            with llmrr.runtimes.torch.record(model):
                 model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3,
                                do_sample=False, pad_token_id=0)
             del os.environ["LLMRR_TRACE"]
             with self.assertRaises(ValueError):
-                with llmrr.torch.record(model):
+                with llmrr.runtimes.torch.record(model):
                     pass
         finally:
             os.environ.pop("LLMRR_SHARED_RECORDER_LIB", None)
@@ -412,7 +412,7 @@ class HookBehaviour(unittest.TestCase):
         # token, and leaving the block finishes the request as aborted.
         model = load("tiny-llama", "f32")
         ids, mask = padded([TARGET])
-        with torch.no_grad(), llmrr.torch.record(model, "manual.trace"):
+        with torch.no_grad(), llmrr.runtimes.torch.record(model, "manual.trace"):
             out = model(input_ids=ids, attention_mask=mask, use_cache=True)
             tok = out.logits[:, -1].argmax(-1, keepdim=True)
             mask = torch.cat([mask, torch.ones(1, 1, dtype=mask.dtype)], dim=1)
@@ -429,7 +429,7 @@ class HookBehaviour(unittest.TestCase):
     def test_record_leaves_the_model_as_it_was(self):
         model = load("tiny-llama", "f32")
         with self.assertRaises(llmrr.LlmrrError):
-            with llmrr.torch.record(model, "no/such/dir/x.trace"):
+            with llmrr.runtimes.torch.record(model, "no/such/dir/x.trace"):
                 pass
         run(model, [TARGET], "plain.trace")
         self.assertNotIn("generate", model.__dict__)  # the instance's generate wrapper is gone

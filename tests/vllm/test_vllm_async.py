@@ -1,4 +1,4 @@
-"""llmrr.vllm under vLLM's async scheduling, on the CPU (label "vllm").
+"""llmrr.runtimes.vllm under vLLM's async scheduling, on the CPU (label "vllm").
 
 vLLM's CPU backend always schedules synchronously, so the plugin's step recorder is driven
 here as vLLM's model runner drives it under async scheduling (vLLM's GPU default): step N's
@@ -24,7 +24,7 @@ require("torch", "vllm")
 import torch  # noqa: E402
 from vllm.v1.outputs import AsyncModelRunnerOutput, ModelRunnerOutput  # noqa: E402
 
-import llmrr.vllm as plugin  # noqa: E402
+import llmrr.runtimes.vllm as plugin  # noqa: E402
 
 WORK = os.getcwd()
 VOCAB, HIDDEN = 64, 32
@@ -219,7 +219,7 @@ class AsyncScheduling(unittest.TestCase):
         self.assertEqual(len(s), len(SCHEDULE), "the last step is written, without tokens")
         self.assertEqual(s[-1]["tokens"], [])
         _, out = llmrr_cli("verify", t)
-        self.assertIn("lossy: llmrr.vllm: the tokens of step 4 were never collected", out)
+        self.assertIn("lossy: llmrr.runtimes.vllm: the tokens of step 4 were never collected", out)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""vLLM's compiled mode (enforce_eager=False) recorded by llmrr.vllm (label "vllm").
+"""vLLM's compiled mode (enforce_eager=False) recorded by llmrr.runtimes.vllm (label "vllm").
 
 The plugin puts its sites into the model as the llmrr::site_rows custom op right after vLLM
 loads it, before vLLM compiles it (on the CPU: Dynamo traced once, inductor), so a compiled

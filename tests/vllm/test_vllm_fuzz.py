@@ -1,4 +1,4 @@
-"""python -m llmrr.vllm_fuzz on the tiny seeded Llama (make_model.py), label "vllm".
+"""python -m llmrr.campaigns.vllm_fuzz on the tiny seeded Llama (make_model.py), label "vllm".
 
 8 drawn runs over two engine settings (max_num_batched_tokens 256 and 16: the second chunks
 the prefills) plus the target alone under each: the summary (json and text) is written, its
@@ -29,7 +29,7 @@ def fuzz(*args):
     # Two OpenMP threads whatever the machine: vLLM's CPU attention splits a long decode's KV
     # between its threads (VllmFuzzShrink's case), and the split depends on the thread count.
     env["OMP_NUM_THREADS"] = "2"
-    return subprocess.run([sys.executable, "-m", "llmrr.vllm_fuzz", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "llmrr.campaigns.vllm_fuzz", *args], env=env,
                           capture_output=True, text=True, timeout=1500)
 
 

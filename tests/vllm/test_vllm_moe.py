@@ -1,7 +1,7 @@
 """MoE routing in vLLM, recorded as vLLM's router selected it (label "vllm").
 
 Tiny random Mixtral, Qwen3-MoE and DeepSeek-V3 checkpoints (make_moe_model.py) run in vLLM's
-CPU backend under llmrr.vllm, with several requests in staggered batches. generate.py's
+CPU backend under llmrr.runtimes.vllm, with several requests in staggered batches. generate.py's
 moe_oracle watches, from the experts' side, the expert ids each MoE layer's fused experts
 received (not through select_experts, which the plugin wraps). Every routing record of the
 trace must hold exactly those ids for every row of every step and MoE layer. For DeepSeek-V3

@@ -1,5 +1,5 @@
-"""vLLM with staggered arrivals and finishes, recorded by llmrr.vllm: every row credited to its
-request (label "vllm").
+"""vLLM with staggered arrivals and finishes, recorded by llmrr.runtimes.vllm: every row credited
+to its request (label "vllm").
 
 56 prompts with different max_tokens (2 to 40) run with max_num_seqs 3, so requests finish at
 different steps and waiting ones take the places they leave (vLLM puts a new request into a

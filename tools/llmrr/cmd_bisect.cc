@@ -87,7 +87,7 @@ int run_bisect_command(int argc, char** argv) {
       "Examples:\n"
       "  llmrr bisect alone.trace loaded.trace\n"
       "  llmrr bisect --runtime vllm run.trace --model DIR --request 3   # vLLM: which\n"
-      "        co-requests split request 3 (python -m llmrr.vllm_replay bisect --help)\n"
+      "        co-requests split request 3 (python -m llmrr.campaigns.vllm_replay bisect --help)\n"
       "  llmrr bisect alone.trace loaded.trace --request 0 --jobs 2\n"
       "  llmrr bisect a.trace b.trace --request 3:7 --json | jq .visible.minimal\n"
       "  llmrr bisect production.trace invariant.trace --search visible --max-replays 300\n"

@@ -2,7 +2,7 @@
 // people already use (layouts in replayer/export/include/llmrr/replayer/export.h): Chrome
 // trace-event JSON for ui.perfetto.dev / chrome://tracing, and NumPy arrays of fingerprints, top-K
 // logits and routing; --parquet DIR: one Parquet file per table, written by pyarrow
-// (python/llmrr/parquet.py) in the venv. Debian has no Arrow C++ packages (apt-cache policy
+// (python/llmrr/core/parquet.py) in the venv. Debian has no Arrow C++ packages (apt-cache policy
 // libparquet-dev: none), and vendoring Arrow C++ would dwarf the project; pyarrow is the Parquet
 // writer people already have, and it reads the reader's Arrow export without a copy.
 #include <unistd.h>
@@ -28,8 +28,8 @@ std::string self_path() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-// Runs `python -m llmrr.parquet TRACE STAGING`: $LLMRR_PYTHON, else the venv beside the build
-// (build/venv, tools/setup/python). A checkout's python/ package and its build's library go
+// Runs `python -m llmrr.core.parquet TRACE STAGING`: $LLMRR_PYTHON, else the venv beside the
+// build (build/venv, tools/setup/python). A checkout's python/ package and its build's library go
 // first on the child's paths, so the CLI and the package it runs are the same version.
 // Returns 0 or the exit status to give (2: no python / no pyarrow, said on stderr).
 int write_parquet(const std::string& trace_path, const llmrr::safeio::OutputDir& dir) {
@@ -57,7 +57,7 @@ int write_parquet(const std::string& trace_path, const llmrr::safeio::OutputDir&
   const bool have_package =
       !build.empty() && fs::is_regular_file(package / "llmrr" / "__init__.py", ec);
   llmrr::cli::Child child;
-  child.argv = {py, "-m", "llmrr.parquet", trace_path, dir.write_path()};
+  child.argv = {py, "-m", "llmrr.core.parquet", trace_path, dir.write_path()};
   child.in_child = [&] {
     if (have_lib && std::getenv("LLMRR_RECORDER_LIB") == nullptr)
       ::setenv("LLMRR_RECORDER_LIB", lib.c_str(), 1);
@@ -67,7 +67,8 @@ int write_parquet(const std::string& trace_path, const llmrr::safeio::OutputDir&
   if (!rc.ok()) return llmrr::cli::report("export", rc.status());
   if (*rc == 0) return 0;
   if (*rc != 2) {
-    std::fprintf(stderr, "llmrr export: error: --parquet: %s -m llmrr.parquet exited with %d\n",
+    std::fprintf(stderr,
+                 "llmrr export: error: --parquet: %s -m llmrr.core.parquet exited with %d\n",
                  py.c_str(), *rc);
   }
   return *rc == 2 ? 2 : 3;

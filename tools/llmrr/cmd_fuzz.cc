@@ -196,8 +196,8 @@ int run_merge(int argc, char** argv) {
 int run_fuzz_command(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "merge") return run_merge(argc - 1, argv + 1);
   // `llmrr fuzz --runtime NAME ARGS`: the campaign runs in that runtime (vllm: the module
-  // llmrr.vllm_fuzz in the vLLM venv; llamacpp: llama-server under record-llamacpp, driven by
-  // python/llmrr/llamacpp_fuzz.py): tools/llmrr/runtimes/NAME.
+  // llmrr.campaigns.vllm_fuzz in the vLLM venv; llamacpp: llama-server under record-llamacpp,
+  // driven by python/llmrr/campaigns/llamacpp_fuzz.py): tools/llmrr/runtimes/NAME.
   if (int rc = 0; runtimes::dispatch("fuzz", argc, argv, &rc)) return rc;
   CLI::App app{
       "llmrr fuzz: run a prompt under many batch compositions and report what splits it"};
@@ -220,7 +220,8 @@ int run_fuzz_command(int argc, char** argv) {
       "      --runs 200 --policy invariant --capacity-factor 0 --out fz-inv   # 0 splits\n"
       "  mkdir -p fz && llmrr fuzz ... --runs 1000 --shard 3/8 --out fz/shard-3   # task 3 of 8\n"
       "  llmrr fuzz merge fz/shard-* --out fz/all\n"
-      "  llmrr fuzz --runtime vllm MODEL_DIR --runs 200 -o fz/vllm   # python -m llmrr.vllm_fuzz\n"
+      "  llmrr fuzz --runtime vllm MODEL_DIR --runs 200 -o fz/vllm   "
+      "# python -m llmrr.campaigns.vllm_fuzz\n"
       "  llmrr fuzz --runtime llamacpp --model M.gguf --runs 200 --out fz/lc   # llama-server\n"
       "\nExit: 0 no run split, 1 some run split, 2 bad input or usage, 3 internal error.");
   cli::EngineOptions o;

@@ -62,7 +62,7 @@ int run_replay_command(int argc, char** argv) {
       "  llmrr replay gpu.trace --device cpu      # a trace recorded with --device cuda\n"
       "  llmrr replay --runtime vllm run.trace --model DIR       # a vLLM trace, in vLLM\n"
       "  llmrr replay --runtime vllm run.trace --model DIR --alone 3   # a counterfactual\n"
-      "  (--runtime vllm: python -m llmrr.vllm_replay replay --help lists its options)\n"
+      "  (--runtime vllm: python -m llmrr.campaigns.vllm_replay replay --help lists its options)\n"
       "\n"
       "Exit codes: 0 bit-exact, 1 mismatch, 2 bad input (unreadable trace, wrong model, a "
       "device this build or machine lacks, or plans this device cannot run: then everything "

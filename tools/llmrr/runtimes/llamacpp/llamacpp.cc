@@ -2,7 +2,7 @@
 // llama-cli, llama-cpp-python, your own) with the llmrr shim preloaded (libllmrr_llamacpp.so,
 // llamacpp/shim), so each llama_decode of its context is recorded as a step; replay re-runs a
 // trace's batches in libllama (replay.cc); fuzz drives llama-server from the stdlib-only
-// script python/llmrr/llamacpp_fuzz.py.
+// script python/llmrr/campaigns/llamacpp_fuzz.py.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -90,9 +90,9 @@ int record(int argc, char** argv) {
   return cli::record_child(spec);
 }
 
-// python3 from PATH running the checkout's python/llmrr/llamacpp_fuzz.py (python/ beside this
-// binary's build folder; run as a file, so the package's numpy-using __init__ is not
-// imported) with the arguments and $LLMRR_BIN set to this binary; 2, said, when it cannot.
+// python3 from PATH running the checkout's python/llmrr/campaigns/llamacpp_fuzz.py (python/
+// beside this binary's build folder; run as a file, so the package's numpy-using __init__ is
+// not imported) with the arguments and $LLMRR_BIN set to this binary; 2, said, when it cannot.
 int fuzz(const char* command, int argc, char** argv) {
   namespace fs = std::filesystem;
   const std::string self = cli::self_exe();
@@ -101,9 +101,9 @@ int fuzz(const char* command, int argc, char** argv) {
                  command);
     return 2;
   }
-  // build/<preset>/tools/llmrr -> the checkout's python/llmrr/llamacpp_fuzz.py
+  // build/<preset>/tools/llmrr -> the checkout's python/llmrr/campaigns/llamacpp_fuzz.py
   const std::string path = (fs::path(self).parent_path().parent_path().parent_path().parent_path() /
-                            "python" / "llmrr" / "llamacpp_fuzz.py")
+                            "python" / "llmrr" / "campaigns/llamacpp_fuzz.py")
                                .string();
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {

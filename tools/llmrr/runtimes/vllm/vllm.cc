@@ -1,7 +1,8 @@
-// vLLM: `llmrr record-vllm` runs a vLLM program with the llmrr.vllm plugin switched on
-// ($LLMRR_VLLM_TRACE), so each engine step is recorded from the process that runs the model
-// (python/llmrr/vllm.py); replay, bisect and fuzz run in vLLM's Python, by modules of the
-// llmrr package (llmrr.vllm_replay, llmrr.vllm_fuzz), which this binary execs.
+// vLLM: `llmrr record-vllm` runs a vLLM program with the llmrr.runtimes.vllm plugin switched
+// on ($LLMRR_VLLM_TRACE), so each engine step is recorded from the process that runs the model
+// (python/llmrr/runtimes/vllm/); replay, bisect and fuzz run in vLLM's Python, by modules of
+// the llmrr package (llmrr.campaigns.vllm_replay, llmrr.campaigns.vllm_fuzz), which this
+// binary execs.
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,7 +27,7 @@ namespace {
 int record(int argc, char** argv) {
   CLI::App app{
       "Record a vLLM program's engine steps (batch composition, row fingerprints, logits,\n"
-      "tokens) with the llmrr.vllm plugin, from the process that runs the model.",
+      "tokens) with the llmrr.runtimes.vllm plugin, from the process that runs the model.",
       "record-vllm"};
   RecordingOptions o;
   add_recording_options(app, &o, true, "every site the plugin hooks");
@@ -53,7 +54,7 @@ int record(int argc, char** argv) {
   spec.rank_files = true;
   spec.no_trace_hint =
       "the program ran no vLLM model step, or its Python lacks the llmrr package (pip install "
-      "./python; vLLM loads llmrr.vllm from the vllm.general_plugins entry point)";
+      "./python; vLLM loads llmrr.runtimes.vllm from the vllm.general_plugins entry point)";
   spec.environment = [&o](const std::string& trace) { set_recording_env(kAdapter, o, trace); };
   return cli::record_child(spec);
 }
@@ -91,20 +92,21 @@ int run_module(const char* command, std::vector<std::string> module_args, int ar
 }
 
 int replay(const char* command, int argc, char** argv) {
-  return run_module(command, {"-m", "llmrr.vllm_replay", "replay"}, argc, argv);
+  return run_module(command, {"-m", "llmrr.campaigns.vllm_replay", "replay"}, argc, argv);
 }
 
 int bisect(const char* command, int argc, char** argv) {
-  return run_module(command, {"-m", "llmrr.vllm_replay", "bisect"}, argc, argv);
+  return run_module(command, {"-m", "llmrr.campaigns.vllm_replay", "bisect"}, argc, argv);
 }
 
 int fuzz(const char* command, int argc, char** argv) {
-  return run_module(command, {"-m", "llmrr.vllm_fuzz"}, argc, argv);
+  return run_module(command, {"-m", "llmrr.campaigns.vllm_fuzz"}, argc, argv);
 }
 
 }  // namespace
 
-const Adapter kAdapter{"vllm",  record, "record a vLLM program's engine steps (the llmrr.vllm plugin)",
+const Adapter kAdapter{"vllm", record,
+                       "record a vLLM program's engine steps (the llmrr.runtimes.vllm plugin)",
                        replay, bisect, fuzz};
 
 }  // namespace llmrr::runtimes::vllm

@@ -1,7 +1,8 @@
-"""llmrr.torch.record: record a PyTorch / Hugging Face transformers model into an llmrr trace.
+"""llmrr.runtimes.torch.record: record a PyTorch / Hugging Face transformers model into an
+llmrr trace.
 
-    import llmrr.torch
-    with llmrr.torch.record(model, "run.trace", capture="layers"):
+    import llmrr.runtimes.torch
+    with llmrr.runtimes.torch.record(model, "run.trace", capture="layers"):
         model.generate(input_ids, attention_mask=mask, max_new_tokens=16, do_sample=False)
 
 Each forward call of `model` is one step. Its batch composition comes from the input shape
@@ -33,10 +34,10 @@ Fingerprints are "mixsum64" (format/include/llmrr/format/fingerprint.h), an exac
 the fp32 bits (bf16 / f16 widened exactly first) that does not depend on reduction order, so
 a row hashes the same on the CPU and on a GPU. A CPU tensor's data pointer goes through
 ctypes as it is, no copy (a non-contiguous tensor is made contiguous first), and the library
-hashes it. A CUDA tensor is hashed where it lives with torch integer ops (llmrr.fingerprint),
-and only the hashes, l2 and max |x| are copied to the host, once per step. Under
-`llmrr record-cuda` (a shared recorder, whose trace is xxh3-64) rows are copied to the host
-and hashed there, as before.
+hashes it. A CUDA tensor is hashed where it lives with torch integer ops
+(llmrr.core.fingerprint), and only the hashes, l2 and max |x| are copied to the host, once
+per step. Under `llmrr record-cuda` (a shared recorder, whose trace is xxh3-64) rows are
+copied to the host and hashed there, as before.
 
 Tokens: the token chosen from a step's logits is read from the next forward's input ids (or,
 after the last step, from what generate returns) and recorded with that step; a request
@@ -51,21 +52,23 @@ under record-cuda), record(model, None) writes into that recorder instead of ope
 (the owner closes it), so kernel records and fingerprints land in one trace; steps are then
 bracketed with the NVTX range "llmrr.step" (pass nvtx=True to get them otherwise).
 """
+from __future__ import annotations
+
 import contextlib
-import ctypes
 import json
 import os
 import sys
 import warnings
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 
-from . import _lib
-from . import fingerprint as _fingerprint
-from . import recorder as _recorder_mod
-from ._version import __version__
-from .recorder import Recorder
+from .._version import __version__
+from ..core import _lib
+from ..core import fingerprint as _fingerprint
+from ..core import recorder as _recorder_mod
+from ..core.recorder import Recorder
 
 PADDING_REQUEST = 0xFFFFFFFF  # request id of the "padding" rows
 STEP_RANGE = "llmrr.step"
@@ -73,7 +76,7 @@ STEP_RANGE = "llmrr.step"
 _DTYPES = _lib.torch_dtypes()
 
 
-def _tensor(x):
+def _tensor(x: Any) -> torch.Tensor | None:
     if isinstance(x, (tuple, list)):
         x = x[0] if x else None
     if hasattr(x, "last_hidden_state"):
@@ -82,52 +85,58 @@ def _tensor(x):
 
 
 class _HookRecorder:
-    def __init__(self, model, path, capture, top_k, logits, zstd_level, label, nvtx):
-        self.model = model
+    def __init__(self, model: torch.nn.Module, path: str | None, capture: str, top_k: int,
+                 logits: str, zstd_level: int, label: str | Sequence[str] | None,
+                 nvtx: bool | None) -> None:
+        self.model: Any = model  # a transformers model (or any with .layers): duck-typed
         self.label = label
         cfg = model.config if hasattr(model, "config") else None
         self.eos = self._eos_ids(getattr(model, "generation_config", None))
-        shared = _shared_recorder() if path is None else None
-        if path is None and shared is None:
-            path = os.environ.get("LLMRR_TRACE")
-            if not path:
-                raise ValueError("llmrr.torch.record: no trace path (give one, or set LLMRR_TRACE)")
+        shared = _recorder_mod.shared_recorder() if path is None else None
         self.nvtx = nvtx if nvtx is not None else shared is not None
         if shared is not None:
             self.rec = shared
             self.owns = False
         else:
+            path = path or os.environ.get("LLMRR_TRACE")
+            if not path:
+                raise ValueError("llmrr.runtimes.torch.record: no trace path (give one, or set "
+                                 "LLMRR_TRACE)")
             self.rec = Recorder(path, fingerprint=_fingerprint.KIND,
                                 **self._config(model, cfg, capture, top_k, logits, zstd_level))
             self.owns = True
         self.device_hash = self.owns  # a shared (record-cuda) trace hashes host rows
         self.pending = _fingerprint.Pending()
-        self.handles = []
+        self.handles: list[torch.utils.hooks.RemovableHandle] = []
         self.step = -1
         self.in_step = False
         self.failed = False
         self.next_id = 0
-        self.requests = {}  # batch row -> state of the generate call's request
+        self.requests: dict[int, dict[str, Any]] = {}  # batch row -> its request's state
         self.pad_added = False
         self.pad_pos = 0
         self.rows = 0
         self.T = 0
         self.B = 0
-        self.sampled = {}  # batch index -> (position of the sampled row)
-        self.gen_kwargs = {}
+        # batch index -> (position, batch row, column) of its sampled row
+        self.sampled: dict[int, tuple[int, int, int]] = {}
+        self.gen_kwargs: dict[str, Any] = {}
+        self.max_tokens = 2**31 - 1
+        self.patched_generate = False
 
     # ---- setup --------------------------------------------------------------------------
 
     @staticmethod
-    def _eos_ids(gc):
+    def _eos_ids(gc: Any) -> set[int]:
         eos = getattr(gc, "eos_token_id", None) if gc is not None else None
         if eos is None:
             return set()
-        return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
+        return {int(e) for e in eos} if isinstance(eos, (list, tuple)) else {int(eos)}
 
     @staticmethod
-    def _config(model, cfg, capture, top_k, logits, zstd_level):
-        def get(*names):
+    def _config(model: torch.nn.Module, cfg: Any, capture: str, top_k: int, logits: str,
+                zstd_level: int) -> dict[str, Any]:
+        def get(*names: str) -> Any:
             for n in names:
                 v = getattr(cfg, n, None) if cfg is not None else None
                 if v is not None:
@@ -142,11 +151,12 @@ class _HookRecorder:
             tf = transformers.__version__
         except Exception:
             tf = None
-        extra = {"producer": "llmrr.torch", "torch": torch.__version__, "transformers": tf,
+        extra = {"producer": "llmrr.runtimes.torch", "torch": torch.__version__,
+                 "transformers": tf,
                  "attn_implementation": getattr(cfg, "_attn_implementation", None),
                  "torch_threads": torch.get_num_threads()}
         return dict(
-            tool_version="llmrr.torch %s (torch %s%s)" % (
+            tool_version="llmrr.runtimes.torch %s (torch %s%s)" % (
                 ".".join(__version__.split(".")[:2]), torch.__version__,
                 ", transformers %s" % tf if tf else ""),
             model_name=str(getattr(cfg, "_name_or_path", "") or type(model).__name__),
@@ -164,13 +174,13 @@ class _HookRecorder:
             device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
             inline_steps=_recorder_mod.inline_steps(dev.type == "cpu"))
 
-    def attach(self):
+    def attach(self) -> _HookRecorder:
         m = self.model
         base = m.get_decoder() if hasattr(m, "get_decoder") else getattr(m, "model", m)
         layers = getattr(base, "layers", None)
         if layers is None:
-            raise ValueError("llmrr.torch.record: %s has no decoder layers (.layers) to hook" %
-                             type(base).__name__)
+            raise ValueError("llmrr.runtimes.torch.record: %s has no decoder layers (.layers) "
+                             "to hook" % type(base).__name__)
         self.handles.append(m.register_forward_pre_hook(self._begin, with_kwargs=True))
         self.handles.append(m.register_forward_hook(self._end_forward))
         self._site(getattr(base, "embed_tokens", None), "embed")
@@ -209,9 +219,9 @@ class _HookRecorder:
         head = m.get_output_embeddings() if hasattr(m, "get_output_embeddings") else None
         if head is not None:
             self.handles.append(head.register_forward_hook(self._logits))
-        orig = m.generate if hasattr(m, "generate") else None
+        orig = getattr(m, "generate", None)
         if orig is not None:
-            def generate(*args, **kwargs):
+            def generate(*args: Any, **kwargs: Any) -> Any:
                 self.gen_kwargs = kwargs
                 out = orig(*args, **kwargs)
                 self._generate_done(out)
@@ -220,11 +230,11 @@ class _HookRecorder:
             self.patched_generate = True
         return self
 
-    def detach(self):
+    def detach(self) -> None:
         for h in self.handles:
             h.remove()
         self.handles = []
-        if getattr(self, "patched_generate", False):
+        if self.patched_generate:
             try:
                 del self.model.generate
             except AttributeError:
@@ -232,21 +242,22 @@ class _HookRecorder:
         if self.in_step:
             self._safe(self._finish_all, _lib.FINISH_ABORTED, None)
 
-    def close(self):
+    def close(self) -> None:
         if self.owns:
             self.rec.close()
 
-    def _site(self, module, site, inputs=False, heads=False):
+    def _site(self, module: torch.nn.Module | None, site: str, inputs: bool = False,
+              heads: bool = False) -> None:
         """heads: the module's output is [..., heads, head_dim] (Qwen3's q/k norm); a row is
         all heads of one token, as llmrr's engine fingerprints it."""
         if module is None or not self.rec.wants_rows(site):
             return
         if inputs:
-            def pre_hook(mod, args):
+            def pre_hook(mod: torch.nn.Module, args: tuple[Any, ...]) -> None:
                 self._safe(self._record_rows, site, args[0] if args else None)
             self.handles.append(module.register_forward_pre_hook(pre_hook))
         else:
-            def hook(mod, args, out):
+            def hook(mod: torch.nn.Module, args: tuple[Any, ...], out: Any) -> None:
                 if heads and torch.is_tensor(out):
                     out = out.flatten(-2)
                 self._safe(self._record_rows, site, out)
@@ -254,34 +265,36 @@ class _HookRecorder:
 
     # ---- recording ----------------------------------------------------------------------
 
-    def _safe(self, fn, *args):
+    def _safe(self, fn: Callable[..., object], *args: Any) -> None:
         if self.failed:
             return
         try:
             fn(*args)
         except Exception as e:  # never break the model being recorded
             self.failed = True
-            warnings.warn("llmrr.torch: recording stopped: %s" % e, RuntimeWarning, stacklevel=3)
+            warnings.warn("llmrr.runtimes.torch: recording stopped: %s" % e, RuntimeWarning,
+                          stacklevel=3)
 
-    def _begin(self, module, args, kwargs):
+    def _begin(self, module: torch.nn.Module, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> None:
         if self.nvtx and torch.cuda.is_available():
             torch.cuda.nvtx.range_push(STEP_RANGE)
         self._safe(self._begin_step, args, kwargs)
 
-    def _end_forward(self, module, args, out):
+    def _end_forward(self, module: torch.nn.Module, args: tuple[Any, ...], out: Any) -> None:
         if self.nvtx and torch.cuda.is_available():
             torch.cuda.nvtx.range_pop()
 
-    def _begin_step(self, args, kwargs):
+    def _begin_step(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
             raise ValueError("a forward call without 2-d input_ids (inputs_embeds is not "
                              "supported): the batch composition is unknown")
         ids = ids.detach().to("cpu")
         B, T = ids.shape
-        mask = kwargs.get("attention_mask")
-        mask = (mask.detach().to("cpu").numpy() != 0) if isinstance(mask, torch.Tensor) \
-            and mask.dim() == 2 else None
+        m = kwargs.get("attention_mask")
+        mask = (m.detach().to("cpu").numpy() != 0) if isinstance(m, torch.Tensor) \
+            and m.dim() == 2 else None
         if self.in_step:
             self._tokens_from_inputs(ids, B)
             self.pending.flush(self.rec)
@@ -291,7 +304,8 @@ class _HookRecorder:
             self._new_requests(B)
         window = mask[:, -T:] if mask is not None else np.ones((B, T), dtype=bool)
         self.step += 1
-        segments, self.sampled = [], {}
+        segments: list[dict[str, int]] = []
+        self.sampled = {}
         arrivals = []
         for b in range(B):
             r = self.requests[b]
@@ -339,7 +353,7 @@ class _HookRecorder:
         self.rec.begin_step(self.step, segments)
         self.in_step = True
 
-    def _new_requests(self, B):
+    def _new_requests(self, B: int) -> None:
         kw = self.gen_kwargs
         gc = kw.get("generation_config") or getattr(self.model, "generation_config", None)
         mnt = kw.get("max_new_tokens", getattr(gc, "max_new_tokens", None) if gc else None)
@@ -355,27 +369,27 @@ class _HookRecorder:
                                  generated=0, prompt=[]) for b in range(B)}
         self.next_id += B
 
-    def _tokens_from_inputs(self, ids, B):
+    def _tokens_from_inputs(self, ids: torch.Tensor, B: int) -> None:
         # The inputs of this forward hold the tokens the previous step chose.
         for b, (pos, _, _) in self.sampled.items():
             r = self.requests[b]
             if r["live"] and b < B:
                 self._token(r, pos + 1, int(ids[b, -1]))
 
-    def _token(self, r, position, token):
+    def _token(self, r: dict[str, Any], position: int, token: int) -> None:
         self.rec.token(r["id"], position, token)
         r["generated"] += 1
         if token in self.eos:
             self.rec.finish(r["id"], _lib.FINISH_EOS, r["generated"])
             r["live"] = False
 
-    def _generate_done(self, out):
+    def _generate_done(self, out: Any) -> None:
         seq = out if isinstance(out, torch.Tensor) else getattr(out, "sequences", None)
         self._safe(self._finish_all, _lib.FINISH_MAX_TOKENS, seq)
         self.requests = {}
         self.gen_kwargs = {}
 
-    def _finish_all(self, reason, seq):
+    def _finish_all(self, reason: int, seq: torch.Tensor | None) -> None:
         if not self.in_step:
             return
         if seq is not None:
@@ -392,7 +406,7 @@ class _HookRecorder:
         self.rec.end_step()
         self.in_step = False
 
-    def _record_rows(self, site, out):
+    def _record_rows(self, site: str, out: Any) -> None:
         if not self.in_step:
             return
         x = _tensor(out)
@@ -409,12 +423,12 @@ class _HookRecorder:
         # trace's (xxh3-64, hashed on the host): one C call, the rows hashed where they are.
         self.rec.host_rows(site, x if x.is_cpu else x.detach().to("cpu"), self.rows)
 
-    def _router(self, layer):
-        def hook(mod, args, out):
+    def _router(self, layer: int) -> Callable[[torch.nn.Module, tuple[Any, ...], Any], None]:
+        def hook(mod: torch.nn.Module, args: tuple[Any, ...], out: Any) -> None:
             self._safe(self._record_router, layer, out)
         return hook
 
-    def _record_router(self, layer, out):
+    def _record_router(self, layer: int, out: Any) -> None:
         if not self.in_step:
             return
         logits = _tensor(out)
@@ -429,16 +443,17 @@ class _HookRecorder:
         n, k = idx.reshape(-1, idx.shape[-1]).shape
         if n != self.rows:
             return
-        chosen = np.ascontiguousarray(idx.detach().reshape(n, k).to("cpu").numpy(), dtype=np.int32)
+        chosen = np.ascontiguousarray(idx.detach().reshape(n, k).to("cpu").numpy(),
+                                      dtype=np.int32)
         gates = np.ascontiguousarray(scores.detach().reshape(n, k).float().to("cpu").numpy(),
                                      dtype=np.float32)
         self.rec.routing(layer, n, k, int(logits.shape[-1]), chosen.ctypes.data,
                          chosen.ctypes.data, gates.ctypes.data, None)
 
-    def _logits(self, mod, args, out):
+    def _logits(self, mod: torch.nn.Module, args: tuple[Any, ...], out: Any) -> None:
         self._safe(self._record_logits, out)
 
-    def _record_logits(self, out):
+    def _record_logits(self, out: Any) -> None:
         x = _tensor(out)
         if not self.in_step or x is None or x.dim() != 3:
             return
@@ -459,27 +474,11 @@ class _HookRecorder:
             self.rec.logits(r["id"], pos, batch_row, row.data_ptr(), _DTYPES[row.dtype], V)
 
 
-def _shared_recorder():
-    path = os.environ.get("LLMRR_SHARED_RECORDER_LIB")
-    if not path:
-        return None
-    L = ctypes.CDLL(path)
-    fn = getattr(L, "llmrr_recorder_shared", None)
-    if fn is None:
-        return None
-    fn.restype = ctypes.c_void_p
-    h = fn()
-    if not h:
-        return None
-    _lib._declare(L)
-    rec = Recorder.__new__(Recorder)
-    rec._L, rec._h, rec._wants, rec._keep, rec.path = L, ctypes.c_void_p(h), {}, [], path
-    return rec
-
-
 @contextlib.contextmanager
-def record(model, path=None, capture="layers", top_k=32, logits="topk", zstd_level=1,
-           label=None, nvtx=None):
+def record(model: torch.nn.Module, path: str | None = None, capture: str = "layers",
+           top_k: int = 32, logits: str = "topk", zstd_level: int = 1,
+           label: str | Sequence[str] | None = None,
+           nvtx: bool | None = None) -> Iterator[_HookRecorder]:
     """Records every forward call of `model` inside the block as one step of a trace at `path`
     (None: $LLMRR_TRACE, or the shared recorder of record-cuda). `label`: a string for every
     request, or one per batch row. Yields the recorder (its .step is the last step number)."""

@@ -1,5 +1,5 @@
-"""Row fingerprints computed where the tensor lives ("mixsum64"), shared by llmrr.torch and
-llmrr.vllm.
+"""Row fingerprints computed where the tensor lives ("mixsum64"), shared by llmrr.runtimes.torch
+and llmrr.runtimes.vllm.
 
 The hash is defined in format/include/llmrr/format/fingerprint.h (llmrr_fingerprint_mixsum64
 in the C library is the reference): for a row x[0..n) widened exactly to fp32, u_i its 32
@@ -17,8 +17,15 @@ on those few numbers.
 l2 (sqrt of the sum of squares, in float64) and max |x| are summaries for a reader; diff
 compares rows by hash only, so a device's summation order in l2 does not matter.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from .recorder import Recorder
 
 KIND = "mixsum64"
 _P = (0x61C88647, 0x2545F491)
@@ -28,7 +35,7 @@ _MASK = 0xFFFFFFFF
 _idx_cache: dict[tuple[int, str], torch.Tensor] = {}
 
 
-def _lane_terms(n, device):
+def _lane_terms(n: int, device: torch.device) -> torch.Tensor:
     key = (n, str(device))
     t = _idx_cache.get(key)
     if t is None:
@@ -40,7 +47,7 @@ def _lane_terms(n, device):
     return t
 
 
-def lane_sums(x):
+def lane_sums(x: torch.Tensor) -> torch.Tensor:
     """T of each row of x ([rows, n], any float dtype, any device): int64 [rows, 2]."""
     x = x.detach()
     if x.dtype != torch.float32:
@@ -57,7 +64,7 @@ def lane_sums(x):
     return a.sum(dim=-1)
 
 
-def summaries(x):
+def summaries(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(l2, max |x|) of each row as float32 tensors on x's device."""
     xf = x.detach().float()
     l2 = xf.double().square().sum(dim=-1).sqrt().float()
@@ -65,21 +72,21 @@ def summaries(x):
     return l2, mx
 
 
-def _splitmix64(z):
+def _splitmix64(z: Any) -> Any:
     z = z + np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
 
 
-def finish(t, n):
+def finish(t: Any, n: int) -> np.ndarray:
     """The hashes (uint64 array) from lane sums t (int64 array [rows, 2]) of rows of n."""
     t = np.ascontiguousarray(t, dtype=np.int64).view(np.uint64)
     with np.errstate(over="ignore"):
         return _splitmix64(t[:, 0] ^ _splitmix64(t[:, 1] ^ np.uint64(n)))
 
 
-def mixsum64(x):
+def mixsum64(x: torch.Tensor) -> np.ndarray:
     """The hashes of the rows of x ([rows, n] or [n]) as a uint64 numpy array."""
     if x.dim() == 1:
         x = x.unsqueeze(0)
@@ -92,15 +99,16 @@ class Pending:
     tensor may be overwritten in place later) and handed to the recorder at the step's end
     with one copy to the host per kind of number."""
 
-    def __init__(self):
-        self.items = []  # (site, cols, batch_rows, t [rows, 2], l2, mx)
+    def __init__(self) -> None:
+        # (site, cols, batch_rows, t [rows, 2], l2, mx)
+        self.items: list[tuple[str, int, Any, torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
-    def add(self, site, x, batch_rows=None):
+    def add(self, site: str, x: torch.Tensor, batch_rows: Any = None) -> None:
         x = x.detach().reshape(-1, x.shape[-1])
         l2, mx = summaries(x)
         self.items.append((site, x.shape[-1], batch_rows, lane_sums(x), l2, mx))
 
-    def flush(self, rec):
+    def flush(self, rec: Recorder) -> None:
         if not self.items:
             return
         items, self.items = self.items, []
@@ -116,13 +124,13 @@ class Pending:
             f_h.copy_(f, non_blocking=True)
             torch.cuda.current_stream(dev).synchronize()
             t, f = t_h, f_h
-        t = t.numpy()
-        f = f.numpy()
+        t_np = t.numpy()
+        f_np = f.numpy()
         at = 0
         for site, cols, batch_rows, tt, _, _ in items:
             rows = tt.shape[0]
-            hashes = finish(t[at:at + rows], cols)
-            l2 = np.ascontiguousarray(f[0, at:at + rows], dtype=np.float32)
-            mx = np.ascontiguousarray(f[1, at:at + rows], dtype=np.float32)
+            hashes = finish(t_np[at:at + rows], cols)
+            l2 = np.ascontiguousarray(f_np[0, at:at + rows], dtype=np.float32)
+            mx = np.ascontiguousarray(f_np[1, at:at + rows], dtype=np.float32)
             rec.fingerprints(site, hashes, l2, mx, cols, batch_rows)
             at += rows

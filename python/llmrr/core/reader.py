@@ -192,7 +192,7 @@ class Trace:
             first, last = first, stop - 1
         return Table(name, handle=_Handle(self._h, name, first, last))
 
-    def _check(self, rc):
+    def _check(self, rc: int) -> None:
         if rc != _lib.OK:
             raise _lib.LlmrrError(rc, _lib.lib().llmrr_reader_last_error().decode())
 

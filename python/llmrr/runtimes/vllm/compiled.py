@@ -1,8 +1,8 @@
 """Row fingerprints inside vLLM's compiled model (enforce_eager=False).
 
 Hooks added after vLLM compiled its model never fire, so when the model is compiled,
-llmrr.vllm attaches its sites right after the model is loaded, before vLLM warms it up and
-compiles it. Each site calls one torch custom op, llmrr::site_rows(x, token, slot), that the
+llmrr.runtimes.vllm attaches its sites right after the model is loaded, before vLLM warms it
+up and compiles it. Each site calls one torch custom op, llmrr::site_rows(x, token, slot), that the
 compiler keeps in the graph as an opaque call (it declares that it mutates `token`, so it is
 never dropped): at run time the op hands x to the recorder's row path for the slot's site,
 the same path an eager hook takes (host rows fingerprinted by the C library where they are,
@@ -11,13 +11,18 @@ graph with torch ops instead cost 15 % of a decode step on the CPU (two dozen sm
 site); copying every site's rows to a buffer and hashing them in one batch at the step's end
 cost 40 %.
 """
+# No `from __future__ import annotations`: torch.library.custom_op reads site_rows' annotations
+# as the op's schema.
+from typing import Any, Callable
+
 import torch
 
 _defined = False
-CALLBACKS: dict = {}  # slot -> callable(x): the bound recorder's row path for that slot's site
+# slot -> the bound recorder's row path for that slot's site
+CALLBACKS: dict[int, Callable[[torch.Tensor], None]] = {}
 
 
-def define_op():
+def define_op() -> None:
     global _defined
     if _defined:
         return
@@ -30,23 +35,34 @@ def define_op():
             cb(x)
 
     @site_rows.register_fake
-    def _(x, token, slot):
+    def _(x: torch.Tensor, token: torch.Tensor, slot: int) -> None:
         return None
 
 
 _next_slot = [0]
 
 
+class _Bound:
+    """A slot's callback: the rows of its site to the recorder's row path."""
+
+    def __init__(self, rows: Callable[[str, torch.Tensor], None], site: str) -> None:
+        self.rows = rows
+        self.site = site
+
+    def __call__(self, x: torch.Tensor) -> None:
+        self.rows(self.site, x)
+
+
 class CompiledSites:
     """The sites of one model runner's compiled model: their slots and hooks."""
 
-    def __init__(self, runner, capture):
+    def __init__(self, runner: Any, capture: str) -> None:
         define_op()
         model = runner.get_model()
         base = getattr(model, "model", model)
         layers = getattr(base, "layers", None) or []
         start = getattr(base, "start_layer", 0) or 0
-        self.sites = []  # (site, module, how)
+        self.sites: list[tuple[str, Any, str]] = []  # (site, module, how)
         for j, layer in enumerate(layers):
             if type(layer).__name__ == "PPMissingLayer":
                 continue
@@ -74,10 +90,10 @@ class CompiledSites:
         self.handles = [m.register_forward_hook(self._hook(slot, how))
                         for slot, (_, m, how) in zip(self.slots, self.sites)]
 
-    def _hook(self, slot, how):
+    def _hook(self, slot: int, how: str) -> Callable[[Any, Any, Any], None]:
         token = self.token
 
-        def hook(mod, args, out):
+        def hook(mod: Any, args: Any, out: Any) -> None:
             if isinstance(out, (tuple, list)):
                 if how == "sum" and len(out) == 2 and out[1] is not None:
                     x = out[0] + out[1]  # vLLM layers return (hidden, residual)
@@ -88,12 +104,12 @@ class CompiledSites:
             torch.ops.llmrr.site_rows(x, token, slot)
         return hook
 
-    def bind(self, rows):
+    def bind(self, rows: Callable[[str, torch.Tensor], None]) -> None:
         """Hands each site's rows to rows(site, x) from now on."""
         for slot, (site, _, _) in zip(self.slots, self.sites):
-            CALLBACKS[slot] = (lambda x, _site=site: rows(_site, x))
+            CALLBACKS[slot] = _Bound(rows, site)
 
-    def close(self):
+    def close(self) -> None:
         for slot in self.slots:
             CALLBACKS.pop(slot, None)
         for h in self.handles:

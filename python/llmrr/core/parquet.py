@@ -1,4 +1,4 @@
-"""python -m llmrr.parquet TRACE DIR: every table of TRACE as DIR/<table>.parquet, written by
+"""python -m llmrr.core.parquet TRACE DIR: every table of TRACE as DIR/<table>.parquet, written by
 pyarrow from the reader's Arrow export (no copy on llmrr's side). `llmrr export --parquet DIR`
 runs this in the venv (tools/setup/python) with DIR its staging directory, which it moves
 into place only when every file was written. Exit 0 written, 2 bad input or no pyarrow."""
@@ -30,7 +30,7 @@ def write(trace_path: str, out_dir: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m llmrr.parquet TRACE DIR", file=sys.stderr)
+        print("usage: python -m llmrr.core.parquet TRACE DIR", file=sys.stderr)
         return 2
     try:
         import pyarrow  # noqa: F401

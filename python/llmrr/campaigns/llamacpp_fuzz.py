@@ -1,9 +1,10 @@
-"""llmrr.llamacpp_fuzz: run one target prompt through llama-server under many drawn server
-settings and co-request mixes, record every run with `llmrr record-llamacpp`, and report what
-splits the target.
+"""llmrr.campaigns.llamacpp_fuzz: run one target prompt through llama-server under many drawn
+server settings and co-request mixes, record every run with `llmrr record-llamacpp`, and
+report what splits the target.
 
     llmrr fuzz --runtime llamacpp --model M.gguf --runs 200 --seed 1 --out fz/
-    python -m llmrr.llamacpp_fuzz --model M.gguf --runs 200 --seed 1 --out fz/   # the same
+    python3 python/llmrr/campaigns/llamacpp_fuzz.py --model M.gguf ...   # what that runs
+    python -m llmrr.campaigns.llamacpp_fuzz --model M.gguf ...           # the same
 
 Each run draws: slots (-np 1..4), n_batch/n_ubatch (512/512, 64/16, 32/7), cache_prompt on
 or off, 0..5 co-requests from a fixed pool of short prompts, each with an arrival delay of
@@ -15,11 +16,19 @@ and compares the target with the baseline (the target alone on a -np 1 server, r
 first) by `llmrr diff BASE RUN --align prompt --json`: identical, numerical (logits differ,
 same tokens) or visible (a token differs), with the first differing step and site.
 
-Writes OUT/summary.json and OUT/summary.md (counts per class, per n_ubatch, per cache_prompt,
-per slot count, examples of splits); keeps the baseline and the traces of runs that differ
-under OUT/traces/. OUT must not exist; the work goes to a temporary folder beside it, renamed
-at the end. Stdlib only (python3). Exit: 0 no run split, 1 some run split, 2 bad input.
+Writes OUT/summary.json through llmrr.campaigns.fuzz_summary (the schema of `llmrr fuzz`,
+docs/fuzz-summary.md, with a "llamacpp" section at the top and in every run: counts per
+-b/-ub, cache_prompt, slot count and co-request count, the server's text) and
+OUT/summary.md; keeps the baseline and the traces of runs that differ under OUT/traces/. OUT
+must not exist; the work goes to a temporary folder beside it, renamed at the end.
+
+Stdlib only: `llmrr fuzz --runtime llamacpp` runs this file with python3, which need not have
+numpy (the llmrr package's reader needs it), so traces are verified and compared by the CLI
+(`llmrr verify`, `llmrr diff --json`) and the summary writer beside this file is loaded by
+path. Exit: 0 no run split, 1 some run split, 2 bad input.
 """
+from __future__ import annotations
+
 import argparse
 import json
 import os
@@ -33,7 +42,20 @@ import tempfile
 import threading
 import time
 import urllib.request
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
+if TYPE_CHECKING or __package__:
+    from . import fuzz_summary
+else:  # run as a file (see above): fuzz_summary.py beside it, loaded by path
+    import importlib.util
+    _spec = importlib.util.spec_from_file_location(
+        "llmrr_fuzz_summary",
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_summary.py"))
+    fuzz_summary = importlib.util.module_from_spec(_spec)
+    sys.modules[_spec.name] = fuzz_summary
+    _spec.loader.exec_module(fuzz_summary)
+
+RUNTIME = "llamacpp"
 TARGET = "The capital of France is"
 POOL = [
     "The capital of Germany is",
@@ -49,21 +71,21 @@ POOL = [
     "Name a famous painter.",
     "The weather today is",
 ]
-BATCHES = [(512, 512), (64, 16), (32, 7)]
+BATCHES = [(512, 512), (64, 16), (32, 7)]  # (n_batch, n_ubatch)
 REPEATABLE = ["--no-cache-idle-slots", "--cache-ram", "0"]
 
 
-def die(msg):
+def die(msg: str) -> NoReturn:
     sys.stderr.write("llmrr fuzz --runtime llamacpp: error: %s\n" % msg)
     sys.exit(2)
 
 
-def llmrr_bin():
+def llmrr_bin() -> str:
     b = os.environ.get("LLMRR_BIN") or shutil.which("llmrr")
     return b or die("no llmrr binary: set $LLMRR_BIN or put llmrr on PATH")
 
 
-def draw(rng, space):
+def draw(rng: random.Random, space: dict[str, int]) -> dict[str, Any]:
     b, ub = rng.choice(BATCHES)
     n = rng.randint(0, space["max_co"])
     return {"np": rng.randint(1, space["slots"]), "n_batch": b, "n_ubatch": ub,
@@ -73,23 +95,25 @@ def draw(rng, space):
                     "n_predict": rng.randint(1, space["n_predict"])} for _ in range(n)]}
 
 
-def free_port():
+def free_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
+    port = int(s.getsockname()[1])
     s.close()
     return port
 
 
-def post(port, body, timeout=300):
+def post(port: int, body: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
     req = urllib.request.Request("http://127.0.0.1:%d/completion" % port,
                                  data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
+        reply: dict[str, Any] = json.loads(r.read())
+    return reply
 
 
-def wait_healthy(proc, port, seconds, log_name):
+def wait_healthy(proc: subprocess.Popen[bytes], port: int, seconds: float,
+                 log_name: str) -> None:
     """Waits until llama-server on `port` answers /health with 200; RuntimeError when `proc`
     exits first or `seconds` pass."""
     deadline = time.time() + seconds
@@ -107,7 +131,8 @@ def wait_healthy(proc, port, seconds, log_name):
         time.sleep(0.1)
 
 
-def serve_and_send(a, binary, trace, cfg):
+def serve_and_send(a: argparse.Namespace, binary: str, trace: str,
+                   cfg: dict[str, Any]) -> dict[str, Any]:
     """One llama-server under record-llamacpp; the target and the co-requests, each in its own
     thread after its delay; SIGTERM. Returns the target's response."""
     port = free_port()
@@ -119,6 +144,7 @@ def serve_and_send(a, binary, trace, cfg):
     # OpenMP's threads spin at each barrier by default; the recorder's graph pieces end in one
     # per recorded layer, and on a loaded machine spinning made -t 2 decode ~250x slower here.
     env.setdefault("OMP_WAIT_POLICY", "passive")
+    out: list[dict[str, Any] | None] = []
     with open(trace + ".log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
@@ -126,9 +152,9 @@ def serve_and_send(a, binary, trace, cfg):
             jobs = [(cfg["target_delay_ms"], TARGET, a.n_predict)]
             jobs += [(c["delay_ms"], c["prompt"], c["n_predict"]) for c in cfg["co"]]
             out = [None] * len(jobs)
-            errs = []
+            errs: list[Exception] = []
 
-            def one(i, delay, prompt, n):
+            def one(i: int, delay: int, prompt: str, n: int) -> None:
                 time.sleep(delay / 1000.0)
                 try:
                     out[i] = post(port, {"prompt": prompt, "n_predict": n, "temperature": 0.0,
@@ -154,17 +180,22 @@ def serve_and_send(a, binary, trace, cfg):
                 rc = proc.wait()
     if rc != 0:
         raise RuntimeError("record-llamacpp exited with %d (see %s.log)" % (rc, trace))
-    return out[0]
+    target = out[0]
+    assert target is not None
+    return target
 
 
-def verify(binary, trace):
+def verify(binary: str, trace: str) -> None:
+    # `llmrr verify`, not the reader's Trace.verify(): this file runs without numpy.
     v = subprocess.run([binary, "verify", trace], capture_output=True, text=True)
     if v.returncode != 0:
         raise RuntimeError("%s does not verify: %s" % (trace, (v.stdout + v.stderr)[-500:]))
 
 
-def compare(binary, base, trace):
-    """The target (the baseline's only request) against its pair in `trace`."""
+def compare(binary: str, base: str, trace: str) -> dict[str, Any]:
+    """The target (the baseline's only request) against its pair in `trace`, by `llmrr diff
+    --json` (its output's schema is diff_report_json, replayer/diff/src/render.cc; the fields
+    read are listed in docs/fuzz-summary.md), classified by fuzz_summary.comparison."""
     d = subprocess.run([binary, "diff", base, trace, "--align", "prompt", "--json"],
                        capture_output=True, text=True)
     if d.returncode not in (0, 1):
@@ -174,72 +205,58 @@ def compare(binary, base, trace):
     reqs = [q for q in j.get("requests", []) if q.get("a") == 0]
     if len(reqs) != 1:
         raise RuntimeError("llmrr diff %s %s: the target is not paired" % (base, trace))
-    q = reqs[0]
-    c = {"verdict": "identical", "diff_verdict": q.get("verdict"), "first_step": -1,
-         "first_site": None, "first_position": -1, "visible_token": -1, "first_batch": None}
-    if q.get("numerical_split"):
-        c["verdict"] = "numerical"
-    if q.get("visible_split"):
-        c["verdict"] = "visible"
-        c["visible_token"] = q["visible_split"].get("token_index", -1)
-    f = q.get("first_difference")
-    if f:
-        c["first_step"] = f.get("step_b", -1)
-        c["first_site"] = f.get("site")
-        c["first_position"] = f.get("position", -1)
-        b = f.get("batch_b") or {}
-        # the run's batch at the first difference: its rows, requests, prefill segments
-        c["first_batch"] = {k: b.get(k, -1) for k in ("rows", "requests", "prefill_segments")}
-    return c
+    return fuzz_summary.comparison(reqs[0])
 
 
-def bucket(table, key, verdict):
+def bucket(table: dict[str, dict[str, int]], key: object, verdict: str) -> None:
     b = table.setdefault(str(key), {"runs": 0, "identical": 0, "numerical": 0, "visible": 0})
     b["runs"] += 1
     b[verdict] += 1
 
 
-def summarize(a, results, base_text, seconds):
-    by = {"n_ubatch": {}, "cache_prompt": {}, "np": {}, "co_requests": {}}
-    counts = {"identical": 0, "numerical": 0, "visible": 0}
+def llamacpp_section(results: Sequence[dict[str, Any]], base_text: str) -> dict[str, Any]:
+    """The summary's "llamacpp" section: runs by each drawn setting, the baseline's text."""
+    by: dict[str, dict[str, dict[str, int]]] = {"n_ubatch": {}, "cache_prompt": {}, "np": {},
+                                                "co_requests": {}}
     for r in results:
-        v = r["verdict"]
-        counts[v] += 1
-        bucket(by["n_ubatch"], "%d/%d" % (r["config"]["n_batch"], r["config"]["n_ubatch"]), v)
-        bucket(by["cache_prompt"], "on" if r["config"]["cache_prompt"] else "off", v)
-        bucket(by["np"], r["config"]["np"], v)
-        bucket(by["co_requests"], len(r["config"]["co"]), v)
-    return {"runtime": "llamacpp", "model": a.model, "target": TARGET, "n_predict": a.n_predict,
-            "seed": a.seed, "runs": len(results), "counts": counts, "by": by,
-            "verified": sum(1 for r in results if r["verified"]),
-            "baseline_text": base_text, "server_per_run": True, "seconds": round(seconds, 1),
-            "examples": [r for r in results if r["verdict"] != "identical"][:5],
-            "results": results}
+        v, cfg = r["verdict"], r[RUNTIME]["config"]
+        bucket(by["n_ubatch"], "%d/%d" % (cfg["n_batch"], cfg["n_ubatch"]), v)
+        bucket(by["cache_prompt"], "on" if cfg["cache_prompt"] else "off", v)
+        bucket(by["np"], cfg["np"], v)
+        bucket(by["co_requests"], len(cfg["co"]), v)
+    return {"by": by, "verified": sum(1 for r in results if r[RUNTIME]["verified"]),
+            "baseline_text": base_text, "baseline_trace": "traces/baseline.trace",
+            "server_per_run": True,
+            "examples": [r["index"] for r in results if r["verdict"] != "identical"][:5]}
 
 
-def markdown(s):
+def markdown(s: dict[str, Any]) -> str:
+    st, lc = s["stats"], s[RUNTIME]
     out = ["| class | runs |", "|---|---|"]
-    out += ["| %s | %d |" % (k, v) for k, v in s["counts"].items()]
+    out += ["| %s | %d |" % (k, st[k]) for k in fuzz_summary.VERDICTS]
     for name, title in (("n_ubatch", "-b/-ub"), ("cache_prompt", "cache_prompt"),
                         ("np", "-np"), ("co_requests", "co-requests")):
         out += ["", "| %s | runs | identical | numerical | visible |" % title,
                 "|---|---|---|---|---|"]
-        for k in sorted(s["by"][name], key=lambda x: (len(x), x)):
-            b = s["by"][name][k]
+        for k in sorted(lc["by"][name], key=lambda x: (len(x), x)):
+            b = lc["by"][name][k]
             out.append("| %s | %d | %d | %d | %d |" % (k, b["runs"], b["identical"],
                                                       b["numerical"], b["visible"]))
     out += ["", "%d runs, %d traces verified, %.0f s; baseline text: %s"
-            % (s["runs"], s["verified"], s["seconds"], json.dumps(s["baseline_text"]))]
-    for e in s["examples"]:
+            % (s["runs_done"], lc["verified"], s["seconds"], json.dumps(lc["baseline_text"]))]
+    by_index = {r["index"]: r for r in s["results"]}
+    for i in lc["examples"]:
+        e = by_index[i]
+        x = e[RUNTIME]
         out.append("- run %d (%s): %s, first difference step %d, site %s, in a batch of %s"
-                   % (e["run"], json.dumps(e["config"]), e["verdict"], e["first_step"],
-                      e["first_site"], json.dumps(e["first_batch"])))
+                   % (i, json.dumps(x["config"]), e["verdict"], x["first_step"],
+                      x["first_site"], json.dumps(x["first_batch"])))
     return "\n".join(out) + "\n"
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmrr fuzz --runtime llamacpp",
-                                description=__doc__.split("\n\n")[0])
+                                description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--model", required=True, help="a .gguf file")
     p.add_argument("--runs", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
@@ -287,26 +304,45 @@ def main(argv=None):
         resp = serve_and_send(a, binary, base, one)
         verify(binary, base)
         base_text = resp.get("content", "")
+        baseline = fuzz_summary.completion_id(resp.get("tokens", []))
+        completions: dict[str, tuple[Sequence[int], str]] = {
+            baseline: (resp.get("tokens", []), base_text)}
         results = []
         for i in range(a.runs):
             cfg = draw(random.Random("%d/%d" % (a.seed, i)), space)
-            trace = os.path.join(work, "traces", "run%d.trace" % i)
+            name = "run%d.trace" % i
+            trace = os.path.join(work, "traces", name)
             resp = serve_and_send(a, binary, trace, cfg)
             verify(binary, trace)
             c = compare(binary, base, trace)
-            r = {"run": i, "config": cfg, "verified": True, "text": resp.get("content", ""),
-                 "tokens": resp.get("tokens", []), **c}
-            results.append(r)
-            if c["verdict"] == "identical" and c["first_site"] is None:
+            kept = not (c["verdict"] == "identical" and c["first_site"] is None)
+            if not kept:
                 for f in (trace, trace + ".log"):
                     if os.path.exists(f):
                         os.remove(f)
+            tokens = resp.get("tokens", [])
+            h = fuzz_summary.completion_id(tokens)
+            completions.setdefault(h, (tokens, resp.get("content", "")))
+            results.append(fuzz_summary.run_record(
+                i, c, co_requests=len(cfg["co"]), completion=h, prefill_chunk=cfg["n_ubatch"],
+                runtime=RUNTIME,
+                section={"config": cfg, "verified": True, "text": resp.get("content", ""),
+                         "tokens": tokens, "diff_verdict": c["diff_verdict"],
+                         "first_step": c["first_step"], "first_site": c["first_site"],
+                         "first_batch": c["first_batch"],
+                         "trace": "traces/" + name if kept else None}))
             sys.stderr.write("run %d/%d: %s\n" % (i + 1, a.runs, c["verdict"]))
-        s = summarize(a, results, base_text, time.time() - t0)
-        with open(os.path.join(work, "summary.json"), "w") as f:
-            json.dump(s, f, indent=1)
-        with open(os.path.join(work, "summary.md"), "w") as f:
-            f.write(markdown(s))
+        s = fuzz_summary.summary(
+            RUNTIME, fuzz_summary.campaign(
+                model=a.model, model_identity="llamacpp:" + os.path.basename(a.model),
+                policy="llamacpp", dtype="", target_prompt_ids=[], prompt=TARGET,
+                max_tokens=a.n_predict, seed=a.seed, runs=a.runs,
+                space=dict(space, batches=BATCHES, pool=POOL)),
+            results, completions, baseline, time.time() - t0,
+            llamacpp_section(results, base_text))
+        fuzz_summary.write(work, s)
+        with open(os.path.join(work, "summary.md"), "w") as md:
+            md.write(markdown(s))
         os.rename(work, a.out)
     except RuntimeError as e:
         shutil.rmtree(work, ignore_errors=True)
@@ -316,7 +352,7 @@ def main(argv=None):
         shutil.rmtree(work, ignore_errors=True)
         raise
     sys.stdout.write(markdown(s))
-    return 1 if s["counts"]["numerical"] + s["counts"]["visible"] else 0
+    return 1 if s["stats"]["numerical"] + s["stats"]["visible"] else 0
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@ reader C ABI (llmrr/reader.h). Everything else in the package goes through here.
 
 Where the library is found, first hit wins:
   1. $LLMRR_RECORDER_LIB (a path to the .so);
-  2. a copy inside this package (pip install copies build/default/recorder/libllmrr_recorder_c.so
-     when it exists, see python/setup.py);
-  3. build/*/recorder/libllmrr_recorder_c.so above this file (a checkout, editable install);
+  2. a copy inside the package, llmrr/lib/ (pip install copies
+     build/default/recorder/libllmrr_recorder_c.so there when it exists, see python/setup.py);
+  3. build/*/recorder/libllmrr_recorder_c.so above the package (a checkout, editable install);
   4. the dynamic linker's search path (libllmrr_recorder_c.so installed system-wide).
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+from typing import Any, Iterator
 
 LIB_NAME = "libllmrr_recorder_c.so"
 ABI_VERSION = 3
@@ -126,14 +127,15 @@ class LlmrrError(RuntimeError):
         self.code = code
 
 
-def _candidates():
+def _candidates() -> Iterator[str]:
     env = os.environ.get("LLMRR_RECORDER_LIB")
     if env:
         yield env
         return
-    here = os.path.dirname(os.path.abspath(__file__))
-    yield os.path.join(here, "lib", LIB_NAME)
-    d = here
+    # this file is llmrr/core/_lib.py; the bundled copy is llmrr/lib/ (python/setup.py)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    yield os.path.join(package, "lib", LIB_NAME)
+    d = package
     for _ in range(4):
         d = os.path.dirname(d)
         for preset in ("default", "release", "cuda"):
@@ -177,7 +179,7 @@ def lib() -> ctypes.CDLL:
                   (LIB_NAME, "; ".join(tried) or "no candidate path exists"))
 
 
-def _declare(L):
+def _declare(L: ctypes.CDLL) -> None:
     h = ctypes.c_void_p
     i32, i64, u64, vp, cp = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p, \
         ctypes.c_char_p
@@ -229,18 +231,18 @@ def _declare(L):
         fn.argtypes = args
 
 
-def llmrr_binary():
-    """The llmrr CLI for the modules that run it (vllm_fuzz, vllm_replay): $LLMRR_BIN, else
+def llmrr_binary() -> str | None:
+    """The llmrr CLI for the modules that run it (the campaigns): $LLMRR_BIN, else
     llmrr on PATH; None when neither is an executable file."""
     import shutil
     b = os.environ.get("LLMRR_BIN") or shutil.which("llmrr")
     return b if b and os.path.isfile(b) and os.access(b, os.X_OK) else None
 
 
-_torch_dtypes = None
+_torch_dtypes: dict[Any, int] | None = None
 
 
-def torch_dtypes():
+def torch_dtypes() -> dict[Any, int]:
     """torch dtype -> the recorder's dtype code, for the dtypes it takes as they are (torch is
     imported on the first call, not with this module)."""
     global _torch_dtypes
@@ -251,7 +253,7 @@ def torch_dtypes():
     return _torch_dtypes
 
 
-def error_name(code):
+def error_name(code: int) -> str:
     return lib().llmrr_error_name(code).decode()
 
 

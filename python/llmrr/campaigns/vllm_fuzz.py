@@ -1,7 +1,8 @@
-"""llmrr.vllm_fuzz: run one target prompt through vLLM under many drawn batch compositions and
-engine settings, record every run with llmrr.vllm, and report what splits the target.
+"""llmrr.campaigns.vllm_fuzz: run one target prompt through vLLM under many drawn batch
+compositions and engine settings, record every run with llmrr.runtimes.vllm, and report what
+splits the target.
 
-    python -m llmrr.vllm_fuzz MODEL --runs 200 --seed 1 --dtype bfloat16 -o fz/
+    python -m llmrr.campaigns.vllm_fuzz MODEL --runs 200 --seed 1 --dtype bfloat16 -o fz/
     llmrr fuzz --runtime vllm MODEL --runs 200 ...      # the same, from the llmrr CLI
 
 Each run draws: co-requests (0..max), their prompt lengths, the wave (engine step) each is
@@ -10,41 +11,49 @@ target's first tokens, so prefix caching serves the target from cache or the oth
 round) and an engine setting: max_num_batched_tokens (a small value chunks the prefills)
 and prefix caching on or off. Runs are grouped by setting; each setting starts one
 in-process engine (one worker process, VLLM_ENABLE_V1_MULTIPROCESSING=0) that runs the
-target alone first, then its drawn runs, one trace per run (llmrr.vllm.rotate), with the
-prefix cache emptied before every run. Every trace is checked with `llmrr verify` and
-compared with the reference (the target alone under the first setting: no chunking, no
-prefix caching) by `llmrr diff --json --request 0` (the target is request 0 of every run).
+target alone first, then its drawn runs, one trace per run (llmrr.runtimes.vllm.rotate),
+with the prefix cache emptied before every run. Every trace is verified through the reader
+(llmrr.open(trace).verify(), what `llmrr verify` does) and compared with the reference (the
+target alone under the first setting: no chunking, no prefix caching) by `llmrr diff --json
+--request 0` (the target is request 0 of every run).
 
-Writes DIR/summary.json (the format of `llmrr fuzz`, plus a "vllm" section per run) and
-DIR/summary.txt. Keeps the reference trace and the traces of runs that split (numerically
-or visibly) under DIR/traces/, deletes the others (--keep-all keeps them).
+Writes DIR/summary.json through llmrr.campaigns.fuzz_summary (the schema of `llmrr fuzz`,
+docs/fuzz-summary.md, with a "vllm" section at the top and in every run) and DIR/summary.txt.
+Keeps the reference trace and the traces of runs that split (numerically or visibly) under
+DIR/traces/, deletes the others (--keep-all keeps them).
 """
+from __future__ import annotations
+
 import argparse
-import hashlib
 import json
 import os
 import random
 import subprocess
 import sys
 import time
+from typing import Any, NoReturn, Sequence
 
-from . import _json, _lib
+from ..core import _json, _lib
+from ..core.reader import open as open_trace
+from . import fuzz_summary
 
 TARGET_LEN = 24
+PROG = "llmrr.campaigns.vllm_fuzz"
 
 
-def die(msg):
-    sys.stderr.write("llmrr.vllm_fuzz: error: %s\n" % msg)
+def die(msg: str) -> NoReturn:
+    sys.stderr.write("%s: error: %s\n" % (PROG, msg))
     sys.exit(2)
 
 
-def llmrr_bin():
+def llmrr_bin() -> str:
     return _lib.llmrr_binary() or die("no llmrr binary: set $LLMRR_BIN or put llmrr on PATH")
 
 
 # ---- drawing ---------------------------------------------------------------------------------
 
-def draw(rng, target, vocab, space):
+def draw(rng: random.Random, target: list[int], vocab: int,
+         space: dict[str, Any]) -> dict[str, Any]:
     """One composition around the target (request 0)."""
     setting = {"mbt": rng.choice(space["mbt"]), "prefix": rng.choice(space["prefix"])}
     n = rng.randint(0, space["max_co"])
@@ -61,18 +70,18 @@ def draw(rng, target, vocab, space):
             "others": others}
 
 
-def setting_key(s):
+def setting_key(s: dict[str, Any]) -> str:
     return "mbt%d%s" % (s["mbt"], "-prefix" if s["prefix"] else "")
 
 
-def tokenize(model, text):
+def tokenize(model: str, text: str) -> list[int]:
     """The target's token ids: the model directory's own tokenizer (transformers)."""
     try:
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(model)
     except Exception as e:  # no tokenizer files, or no transformers in this Python
         die("--target-text: cannot load the tokenizer of %s (%s)" % (model, e))
-    ids = tok(text, add_special_tokens=False)["input_ids"]
+    ids = [int(t) for t in tok(text, add_special_tokens=False)["input_ids"]]
     if not ids:
         die("--target-text: %r tokenizes to nothing" % text)
     return ids
@@ -80,13 +89,14 @@ def tokenize(model, text):
 
 # ---- the engine side (runs in a child process per setting) -----------------------------------
 
-def worker(job_path):
+def worker(job_path: str) -> int:
     """Runs the jobs of one engine setting in this process; prints one JSON line per run."""
-    job = json.load(open(job_path))
+    with open(job_path) as f:
+        job = json.load(f)
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from . import vllm as plugin
+    from ..runtimes import vllm as plugin
     s = job["setting"]
     llm = LLM(model=job["model"], skip_tokenizer_init=True, enforce_eager=True,
               dtype=job["dtype"], max_model_len=job["max_model_len"],
@@ -105,7 +115,7 @@ def worker(job_path):
         for i, o in enumerate(run["others"]):
             reqs.append((str(i + 1), o["prompt_ids"], o["max_tokens"], o["arrival_step"]))
         waiting = sorted(reqs, key=lambda r: r[3])
-        got = {}
+        got: dict[str, list[int]] = {}
         step = 0
         t0 = time.time()
         while waiting or engine.has_unfinished_requests():
@@ -125,9 +135,11 @@ def worker(job_path):
                                               "steps": step, "seconds": time.time() - t0}),
               flush=True)
     plugin.close_all()
+    return 0
 
 
-def run_setting(args, key, setting, runs, work):
+def run_setting(args: argparse.Namespace, key: str, setting: dict[str, Any],
+                runs: list[dict[str, Any]], work: str) -> dict[int, dict[str, Any]]:
     job = {"model": args.model, "dtype": args.dtype, "max_tokens": args.max_tokens,
            "max_model_len": args.max_model_len, "max_seqs": args.max_seqs,
            "target": args.target, "setting": setting, "runs": runs}
@@ -138,7 +150,7 @@ def run_setting(args, key, setting, runs, work):
                LLMRR_CAPTURE=args.capture)
     log = os.path.join(work, "engine-%s.log" % key)
     with open(log, "w") as lf:
-        p = subprocess.run([sys.executable, "-m", "llmrr.vllm_fuzz", "--worker", path], env=env,
+        p = subprocess.run([sys.executable, "-m", PROG, "--worker", path], env=env,
                            stdout=subprocess.PIPE, stderr=lf, text=True)
     res = {}
     for ln in p.stdout.splitlines():
@@ -153,14 +165,16 @@ def run_setting(args, key, setting, runs, work):
 
 # ---- comparing -------------------------------------------------------------------------------
 
-def completion_id(tokens):
-    return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16]
-
-
-def compare(binary, ref, trace):
-    v = subprocess.run([binary, "verify", trace], capture_output=True, text=True)
-    if v.returncode != 0:
-        die("%s does not verify: %s" % (trace, (v.stdout + v.stderr).strip()[-500:]))
+def compare(binary: str, ref: str, trace: str) -> dict[str, Any]:
+    """The target of `trace` against the reference: the trace verified through the reader,
+    then compared by `llmrr diff --json` (the divergence analysis is the C++ side's; its
+    output's schema is diff_report_json, replayer/diff/src/render.cc, the fields read here
+    listed in docs/fuzz-summary.md), classified by fuzz_summary.comparison."""
+    try:
+        with open_trace(trace) as t:
+            t.verify()
+    except (_lib.LlmrrError, OSError) as e:
+        die("%s does not verify: %s" % (trace, str(e)[-500:]))
     d = subprocess.run([binary, "diff", ref, trace, "--request", "0", "--json"],
                        capture_output=True, text=True)
     if d.returncode not in (0, 1):
@@ -170,34 +184,12 @@ def compare(binary, ref, trace):
     if len(reqs) != 1:
         die("llmrr diff %s %s: expected the target (request 0) in both, found %d compared"
             % (ref, trace, len(reqs)))
-    q = reqs[0]
-    c = {"verdict": "identical", "numerical_token": -1, "visible_token": -1, "cause": "",
-         "cause_position": -1, "cause_layer": -1, "first_split_step": -1,
-         "first_split_site": None, "diff_verdict": q["verdict"]}
-    plen = q.get("prompt_len", 0)
-    if q.get("numerical_split"):
-        c["verdict"] = "numerical"
-        c["numerical_token"] = q["numerical_split"]["position"] - plen
-    if q.get("visible_split"):
-        c["verdict"] = "visible"
-        c["visible_token"] = q["visible_split"]["token_index"]
-    f = q.get("first_difference")
-    if f:
-        # (with identical logits and tokens the verdict stays identical, as in `llmrr fuzz`;
-        # rows that differ inside are counted apart: stats "rows_differ")
-        c["cause"] = f.get("cause", "")
-        c["cause_position"] = f.get("position", -1)
-        c["first_split_step"] = f.get("step_b", -1)
-        c["first_split_site"] = f.get("site")
-        site = f.get("site") or ""
-        if site.startswith("L") and "." in site and site[1:site.index(".")].isdigit():
-            c["cause_layer"] = int(site[1:site.index(".")])
-    return c
+    return fuzz_summary.comparison(reqs[0])
 
 
 # ---- shrinking -------------------------------------------------------------------------------
 
-def shrink(a, binary, trace, work):
+def shrink(a: argparse.Namespace, binary: str, trace: str, work: str) -> dict[str, Any]:
     """The smallest set of the run's co-requests that reproduces the target's split
     (`llmrr bisect --runtime vllm`, request 0, at most --shrink-replays replays): a dict of
     bisect's report, or {"error": ...}. An empty set means the target alone under the run's
@@ -222,77 +214,53 @@ def shrink(a, binary, trace, work):
 
 # ---- summary ---------------------------------------------------------------------------------
 
-def summarize(args, space, results, completions, baseline, seconds):
-    n = len(results)
-    stats = {"identical": 0, "numerical": 0, "visible": 0}
-    hist, vhist, causes, vcauses, sites, by_setting = {}, {}, {}, {}, {}, {}
+def vllm_section(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The summary's "vllm" section: runs by engine setting, the first differing sites."""
+    sites: dict[str, int] = {}
+    by_setting: dict[str, dict[str, int]] = {}
     for r in results:
-        stats[r["verdict"]] += 1
-        b = by_setting.setdefault(r["vllm"]["setting"], {"runs": 0, "numerical": 0,
-                                                        "visible": 0, "rows_differ": 0})
+        v = r["vllm"]
+        b = by_setting.setdefault(v["setting"], {"runs": 0, "numerical": 0, "visible": 0,
+                                                 "rows_differ": 0})
         b["runs"] += 1
-        if r["vllm"]["rows_differ"]:
+        if v["rows_differ"]:
             b["rows_differ"] += 1
-            site = r["vllm"]["first_split_site"] or "-"
+            site = v["first_split_site"] or "-"
             sites[site] = sites.get(site, 0) + 1
         if r["verdict"] != "identical":
             b[r["verdict"]] += 1
-            hist[str(r["numerical_token"])] = hist.get(str(r["numerical_token"]), 0) + 1
-            if r["cause"]:
-                causes[r["cause"]] = causes.get(r["cause"], 0) + 1
-        if r["verdict"] == "visible":
-            vhist[str(r["visible_token"])] = vhist.get(str(r["visible_token"]), 0) + 1
-            if r["cause"]:
-                vcauses[r["cause"]] = vcauses.get(r["cause"], 0) + 1
-    counts = {}
-    for r in results:
-        counts[r["completion"]] = counts.get(r["completion"], 0) + 1
-    return {
-        "llmrr_fuzz_summary": 1,
-        "campaign": {"model": args.model, "model_identity": "vllm:" + os.path.basename(
-                         os.path.normpath(args.model)),
-                     "policy": "vllm", "dtype": args.dtype, "target_prompt_ids": args.target,
-                     "prompt": args.target_text or "", "max_tokens": args.max_tokens, "seed": args.seed,
-                     "runs": args.runs, "shards": 1, "space": space},
-        "shard_list": [0], "runs_done": n, "seconds": seconds,
-        "baseline_completion": baseline,
-        "stats": dict(stats, share_numerical=stats["numerical"] / n if n else 0,
-                      share_visible=stats["visible"] / n if n else 0,
-                      unique_completions=len(counts), first_split_token=hist,
-                      first_visible_split_token=vhist, causes=causes, visible_causes=vcauses),
-        "completions": {h: {"tokens": t, "text": "", "runs": counts.get(h, 0)}
-                        for h, t in completions.items()},
-        "splits": [], "results": results,
-        "vllm": {"by_setting": by_setting, "first_split_sites": sites,
-                 "rows_differ": sum(1 for r in results if r["vllm"]["rows_differ"]),
-                 "drawn_runs": sum(1 for r in results if not r["vllm"]["solo"])},
-    }
+    return {"by_setting": by_setting, "first_split_sites": sites,
+            "rows_differ": sum(1 for r in results if r["vllm"]["rows_differ"]),
+            "drawn_runs": sum(1 for r in results if not r["vllm"]["solo"])}
 
 
-def format_summary(s):
-    st, c = s["stats"], s["campaign"]
+def format_summary(s: dict[str, Any]) -> str:
+    st, c, v = s["stats"], s["campaign"], s["vllm"]
     n = s["runs_done"]
-    pct = (lambda k: 100.0 * k / n if n else 0.0)
+
+    def pct(k: int) -> float:
+        return 100.0 * k / n if n else 0.0
+
     out = ["fuzz: %s, vllm, %s, seed %d: %d of %d drawn runs + %d alone under other settings "
-           "(%.2f runs/s)" % (c["model"], c["dtype"], c["seed"], s["vllm"]["drawn_runs"],
-                              c["runs"], n - s["vllm"]["drawn_runs"],
+           "(%.2f runs/s)" % (c["model"], c["dtype"], c["seed"], v["drawn_runs"],
+                              c["runs"], n - v["drawn_runs"],
                               n / s["seconds"] if s["seconds"] else 0)]
     base = s["completions"].get(s["baseline_completion"], {}).get("tokens", [])
     out.append("  target: %d prompt tokens, %d tokens; alone: %s" % (
         len(c["target_prompt_ids"]), c["max_tokens"], base))
-    out.append("  identical %d (%.1f %%), numerical split %d (%.1f %%), visible split %d (%.1f %%)"
-               % (st["identical"], pct(st["identical"]), st["numerical"], pct(st["numerical"]),
-                  st["visible"], pct(st["visible"])))
+    out.append("  identical %d (%.1f %%), numerical split %d (%.1f %%), visible split %d "
+               "(%.1f %%)" % (st["identical"], pct(st["identical"]), st["numerical"],
+                              pct(st["numerical"]), st["visible"], pct(st["visible"])))
     out.append("  unique completions: %d of %d runs" % (st["unique_completions"], n))
     if st["causes"]:
         out.append("  causes (first difference): " + " ".join(
-            "%s %d" % kv for kv in sorted(st["causes"].items())))
-    out.append("  rows differ inside (any verdict): %d runs" % s["vllm"]["rows_differ"])
-    if s["vllm"]["first_split_sites"]:
+            "%s %d" % (k or "-", m) for k, m in sorted(st["causes"].items())))
+    out.append("  rows differ inside (any verdict): %d runs" % v["rows_differ"])
+    if v["first_split_sites"]:
         out.append("  first differing site: " + " ".join(
-            "%s %d" % kv for kv in sorted(s["vllm"]["first_split_sites"].items())))
+            "%s %d" % kv for kv in sorted(v["first_split_sites"].items())))
     out.append("  by engine setting (max_num_batched_tokens, prefix caching):")
-    for k, b in sorted(s["vllm"]["by_setting"].items()):
+    for k, b in sorted(v["by_setting"].items()):
         out.append("    %-16s %4d runs: numerical %d, visible %d, rows differ %d"
                    % (k, b["runs"], b["numerical"], b["visible"], b["rows_differ"]))
     shrunk = [r for r in s["results"] if "minimal_cause" in r["vllm"]]
@@ -326,12 +294,12 @@ def format_summary(s):
 
 # ---- main ------------------------------------------------------------------------------------
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
         return worker(argv[1])
-    ap = argparse.ArgumentParser(prog="python -m llmrr.vllm_fuzz",
-                                 description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m " + PROG,
+                                 description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("model", help="a Hugging Face model directory vLLM loads")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
@@ -369,7 +337,7 @@ def main(argv=None):
         prefixes = [{"on": True, "off": False}[x] for x in a.prefix.split(",")]
     except (ValueError, KeyError):
         die("--mbt takes integers, --prefix takes on/off, comma-separated")
-    try:  # the model's config.json, under the nesting cap (llmrr._json)
+    try:  # the model's config.json, under the nesting cap (llmrr.core._json)
         cfg = _json.load(os.path.join(a.model, "config.json"))
     except (OSError, ValueError) as e:
         die(str(e))
@@ -396,7 +364,8 @@ def main(argv=None):
     os.makedirs(traces, exist_ok=True)
     os.makedirs(work, exist_ok=True)
     ref_setting = {"mbt": max(mbts), "prefix": False}
-    groups = {setting_key(ref_setting): (ref_setting, [])}
+    groups: dict[str, tuple[dict[str, Any], list[int]]] = {
+        setting_key(ref_setting): (ref_setting, [])}
     chosen = range(len(comps)) if not a.run else sorted(set(a.run))
     for i in chosen:
         if not 0 <= i < len(comps):
@@ -405,22 +374,24 @@ def main(argv=None):
         groups.setdefault(setting_key(c["setting"]), (c["setting"], []))[1].append(i)
     t0 = time.time()
     ref = None
-    outs, runs_of = {}, {}
+    outs: dict[int, dict[str, Any]] = {}
+    runs_of: dict[int, tuple[str, dict[str, Any]]] = {}
     for key, (setting, idx) in groups.items():
-        solo = {"index": -1 - len(runs_of), "target_arrival": 0, "others": [],
-                "trace": os.path.join(traces, "alone-%s.trace" % key)}
+        solo: dict[str, Any] = {"index": -1 - len(runs_of), "target_arrival": 0,
+                                "others": [], "trace": os.path.join(traces, "alone-%s.trace" % key)}
         runs = [solo] + [dict(comps[i], index=i, trace=os.path.join(traces, "run-%05d.trace" % i))
                          for i in idx]
         if ref is None:
             ref = solo["trace"]
-        sys.stderr.write("llmrr.vllm_fuzz: setting %s: %d runs + the target alone\n"
-                         % (key, len(idx)))
+        sys.stderr.write("%s: setting %s: %d runs + the target alone\n" % (PROG, key, len(idx)))
         res = run_setting(a, key, setting, runs, work)
         for r in runs:
             outs[r["index"]] = res[r["index"]]
             runs_of[r["index"]] = (key, r)
-    baseline = completion_id(outs[-1]["target"])
-    completions = {}
+    assert ref is not None
+    alone = outs[-1]["target"]
+    baseline = fuzz_summary.completion_id(alone)
+    completions: dict[str, tuple[Sequence[int], str]] = {baseline: (alone, "")}
     results = []
     deleted = 0
     for index in sorted(runs_of, key=lambda i: (i < 0, abs(i))):
@@ -429,50 +400,49 @@ def main(argv=None):
             continue
         c = compare(binary, ref, r["trace"])
         tokens = outs[index]["target"]
-        h = completion_id(tokens)
-        completions[h] = tokens
-        if tokens != outs[-1]["target"]:
+        h = fuzz_summary.completion_id(tokens)
+        completions[h] = (tokens, "")
+        if tokens != alone:
             c["verdict"] = "visible"
-        rows_differ = c["first_split_site"] is not None or bool(c["cause"])
+        rows_differ = c["first_site"] is not None or bool(c["cause"])
         kept = a.keep_all or c["verdict"] != "identical" or rows_differ
         if not kept:
             os.remove(r["trace"])
             deleted += 1
         others = r.get("others", [])
-        entry = {"verdict": c["verdict"], "numerical_token": c["numerical_token"],
-                 "visible_token": c["visible_token"], "cause": c["cause"],
-                 "cause_position": c["cause_position"], "cause_layer": c["cause_layer"],
-                 "index": index, "co_requests": len(others),
-                 "prompt_tokens": len(a.target) + sum(len(o["prompt_ids"]) for o in others),
-                 "target_arrival": r.get("target_arrival", 0),
-                 "prefill_chunk": runs_of[index][1].get("setting", {}).get("mbt", 0)
-                 if index >= 0 else groups[key][0]["mbt"],
-                 "capacity_factor": 0, "overflow": "none", "completion": h,
-                 "target_dropped": False, "target_rerouted": False,
-                 "vllm": {"setting": key, "solo": index < 0, "verified": True,
-                          "rows_differ": rows_differ,
-                          "compared_with": ref, "diff_verdict": c["diff_verdict"],
-                          "first_split_step": c["first_split_step"],
-                          "first_split_site": c["first_split_site"],
-                          "engine_steps": outs[index]["steps"],
-                          "trace": r["trace"] if kept else None,
-                          "others": others}}
-        results.append(entry)
-    completions[baseline] = outs[-1]["target"]
+        results.append(fuzz_summary.run_record(
+            index, c, co_requests=len(others), completion=h,
+            prompt_tokens=len(a.target) + sum(len(o["prompt_ids"]) for o in others),
+            target_arrival=r.get("target_arrival", 0),
+            prefill_chunk=r.get("setting", {}).get("mbt", 0) if index >= 0
+            else groups[key][0]["mbt"],
+            runtime="vllm",
+            section={"setting": key, "solo": index < 0, "verified": True,
+                     "rows_differ": rows_differ, "compared_with": ref,
+                     "diff_verdict": c["diff_verdict"], "first_split_step": c["first_step"],
+                     "first_split_site": c["first_site"],
+                     "engine_steps": outs[index]["steps"],
+                     "trace": r["trace"] if kept else None, "others": others}))
     if a.shrink:
         for split in results:
             v = split["vllm"]
             if split["verdict"] != "identical" and not v["solo"] and v["trace"]:
                 v["minimal_cause"] = shrink(a, binary, v["trace"], work)
-    s = summarize(a, space, results, completions, baseline, time.time() - t0)
-    s["vllm"]["reference_trace"] = ref
-    s["vllm"]["traces_deleted"] = deleted
-    s["vllm"]["note"] = ("runs with index < 0 are the target alone under a non-reference setting; "
-                         "traces of identical runs are deleted unless --keep-all")
-    with open(os.path.join(a.out, "summary.json"), "w") as f:
-        json.dump(s, f, indent=1)
+    section = vllm_section(results)
+    section.update(reference_trace=ref, traces_deleted=deleted,
+                   note="runs with index < 0 are the target alone under a non-reference "
+                        "setting; traces of identical runs are deleted unless --keep-all")
+    s = fuzz_summary.summary(
+        "vllm", fuzz_summary.campaign(
+            model=a.model, model_identity="vllm:" + os.path.basename(os.path.normpath(a.model)),
+            policy="vllm", dtype=a.dtype, target_prompt_ids=a.target,
+            prompt=a.target_text or "", max_tokens=a.max_tokens, seed=a.seed, runs=a.runs,
+            space=space),
+        results, completions, baseline, time.time() - t0, section)
+    fuzz_summary.write(a.out, s)
     text = format_summary(s) + ("  traces: kept %d (reference, splits, rows differing) in %s, "
-                                "deleted %d identical\n" % (len(results) - deleted + 1, traces, deleted))
+                                "deleted %d identical\n" % (len(results) - deleted + 1, traces,
+                                                            deleted))
     with open(os.path.join(a.out, "summary.txt"), "w") as f:
         f.write(text)
     sys.stdout.write(text)
@@ -480,4 +450,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main() or 0)
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""llmrr.vllm: record vLLM engine steps into an llmrr trace (a vLLM general plugin).
+"""llmrr.runtimes.vllm: record vLLM engine steps into an llmrr trace (a vLLM general plugin).
 
     LLMRR_VLLM_TRACE=run.trace python serve.py          # any vLLM program
     llmrr record-vllm -o run.trace -- python serve.py   # the same, from the llmrr CLI
@@ -13,14 +13,15 @@ Per engine step (one execute_model / sample_tokens pair) it records:
 - the batch composition, in the order the model runner lays out the step's rows (read in
   _prepare_inputs, after vLLM updated its persistent batch, and checked against the step's
   output: a step whose order differs is dropped and the trace marked lossy): for each
-  scheduled request its rows, positions (from the request's computed tokens, so a prefix-cache hit starts past 0),
-  prefill chunk or decode, and whether the step samples it. Requests become llmrr requests
-  with their prompt, sampling parameters and arrival step; vLLM's id "8-8c4800be" is
-  request 8 (a numeric user id), other ids are numbered in arrival order and kept as label.
+  scheduled request its rows, positions (from the request's computed tokens, so a
+  prefix-cache hit starts past 0), prefill chunk or decode, and whether the step samples
+  it. Requests become llmrr requests with their prompt, sampling parameters and arrival
+  step; vLLM's id "8-8c4800be" is request 8 (a numeric user id), other ids are numbered in
+  arrival order and kept as label.
 - row fingerprints at llmrr's sites through forward hooks on the model's modules (capture
   "layers": L<i>.out and the logits; "all" adds attention and MLP sites; "none": neither),
   hashed with "mixsum64": host tensors by the C library in place, GPU tensors where they
-  live (llmrr.fingerprint), with one copy of the hashes to the host per step.
+  live (llmrr.core.fingerprint), with one copy of the hashes to the host per step.
 - the logits of every sampled row (the recorder keeps the top-K), the sampled tokens, and
   MoE routing (top-k ids and weights) where the model exposes its router.
 - a run header with vLLM and torch versions, attention backend, dtype, eager or compiled,
@@ -34,25 +35,34 @@ there: that trace is xxh3-64). Not verified on a GPU yet.
 
 In eager mode (enforce_eager=True) the rows come from forward hooks. A compiled model gets
 llmrr's sites as the llmrr::site_rows custom op, attached right after vLLM loads the model and
-before it compiles it (llmrr.vllm_compiled); the header says which.
+before it compiles it (llmrr.runtimes.vllm.compiled); the header says which.
 
 Under async scheduling vLLM collects a step's tokens after the next step has run: each step
 is kept on a tape (its rows hashed as they come) and written, in step order, when vLLM calls
 its output's get_output(), so tokens and finishes land in the step that produced them.
 
-Settings, shared by every llmrr recorder: $LLMRR_CAPTURE (none | layers | all, default layers),
-$LLMRR_TOP_K (32); the older $LLMRR_VLLM_CAPTURE / $LLMRR_VLLM_TOP_K are read when those are unset.
+Settings, shared by every llmrr recorder: $LLMRR_CAPTURE (none | layers | all, default
+layers), $LLMRR_TOP_K (32); the older $LLMRR_VLLM_CAPTURE / $LLMRR_VLLM_TOP_K are read when
+those are unset.
 Recording never breaks vLLM: a failure warns once on stderr, marks the trace lossy with its
 reason (llmrr verify prints it), and stops recording; vLLM goes on.
 """
+from __future__ import annotations
+
 import json
 import os
 import re
 import sys
 import threading
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ._version import __version__
-from .vllm_hooks import Hooks, _warn, patch_router_selection, vllm_router
+from ..._version import __version__
+from .hooks import Hooks, Row, Sink, _warn, patch_router_selection, vllm_router
+
+if TYPE_CHECKING:
+    from ...core.fingerprint import Pending
+    from ...core.recorder import Recorder
+    from .compiled import CompiledSites
 
 ENV_TRACE = "LLMRR_VLLM_TRACE"
 ENV_CAPTURE = "LLMRR_CAPTURE"
@@ -60,6 +70,8 @@ ENV_TOP_K = "LLMRR_TOP_K"
 # Before the one scheme (LLMRR_<RUNTIME>_TRACE switches a recorder on, LLMRR_CAPTURE and
 # LLMRR_TOP_K set every recorder) the plugin read these; still read when the new ones are unset.
 _OLD_NAMES = {ENV_CAPTURE: "LLMRR_VLLM_CAPTURE", ENV_TOP_K: "LLMRR_VLLM_TOP_K"}
+STEP_RANGE = "llmrr.step"
+PRODUCER = "llmrr.runtimes.vllm"  # the run header's extra_config "producer"
 
 
 def _setting(name: str, default: str) -> str:
@@ -67,29 +79,36 @@ def _setting(name: str, default: str) -> str:
     if value is None:
         value = os.environ.get(_OLD_NAMES[name], default)
     return value
-STEP_RANGE = "llmrr.step"
+
 
 _patched = False
-_active = []  # the step recorders of this process
+_active: list[_StepRecorder] = []  # the step recorders of this process
 
 
-def rotate(path):
+def rotate(path: str | None) -> int:
     """In-process vLLM (VLLM_ENABLE_V1_MULTIPROCESSING=0): close the current trace and record
     the next steps into `path`, so that one engine records one trace per run (the fuzzer
-    and llmrr.vllm_replay do this); path None closes it and records nothing until the next
-    rotate(path). Returns the number of model runners switched (0 before the first step)."""
+    and llmrr.campaigns.vllm_replay do this); path None closes it and records nothing until
+    the next rotate(path). Returns the number of model runners switched (0 before the first
+    step)."""
     for r in _active:
         r.reopen(path)
     return len(_active)
 
 
-def close_all():
+def active_step() -> int:
+    """The step number the first model runner of this process recorded last (-1 before its
+    first step, and after a rotate); what an in-process driver steps the engine by."""
+    return _active[0].step if _active else -1
+
+
+def close_all() -> None:
     """Closes the traces of this process's model runners (the fuzzer, after its last run)."""
     for r in list(_active):
         r.close()
 
 
-def register():
+def register() -> None:
     """vLLM general plugin entry point: runs in every vLLM process. Patches the model runner
     when $LLMRR_VLLM_TRACE is set; does nothing otherwise."""
     global _patched
@@ -110,20 +129,22 @@ def register():
     _patched = True
 
 
-def _patch(cls):
+def _patch(cls: Any) -> None:
     orig_execute = cls.execute_model
     orig_sample = getattr(cls, "sample_tokens", None)
     orig_prepare = cls._prepare_inputs
 
-    def execute_model(self, scheduler_output, *args, **kwargs):
-        rec = getattr(self, "_llmrr", False)
-        if rec is False:  # the first step of this runner: its model is loaded by now
+    def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        rec: _StepRecorder | None
+        if not hasattr(self, "_llmrr"):  # the first step of this runner: its model is loaded
             try:
                 rec = _StepRecorder(self)
             except Exception as e:
                 _warn("recording not started: %s: %s" % (type(e).__name__, e))
                 rec = None
             self._llmrr = rec
+        else:
+            rec = self._llmrr
         if rec is not None:
             rec.safe(rec.begin, scheduler_output)
         out = orig_execute(self, scheduler_output, *args, **kwargs)
@@ -131,7 +152,7 @@ def _patch(cls):
             rec.safe(rec.end, out)  # this vLLM sampled inside execute_model
         return out
 
-    def _prepare_inputs(self, scheduler_output, *args, **kwargs):
+    def _prepare_inputs(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         # The persistent batch is updated by now (new requests placed, holes condensed, rows
         # reordered for the attention backend): its order is the order of the step's rows.
         rec = getattr(self, "_llmrr", None)
@@ -139,19 +160,20 @@ def _patch(cls):
             rec.safe(rec.start, scheduler_output)
         return orig_prepare(self, scheduler_output, *args, **kwargs)
 
-    def sample_tokens(self, *args, **kwargs):
+    def sample_tokens(self: Any, *args: Any, **kwargs: Any) -> Any:
+        assert orig_sample is not None
         out = orig_sample(self, *args, **kwargs)
         rec = getattr(self, "_llmrr", None)
         if rec is not None:
             rec.safe(rec.end, out)
         return out
 
-    def wrap_load(c):
+    def wrap_load(c: Any) -> None:
         orig_load = c.__dict__.get("load_model")
         if orig_load is None:
             return
 
-        def load_model(self, *args, **kwargs):
+        def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig_load(self, *args, **kwargs)
             _compiled_sites(self)
             return out
@@ -169,7 +191,7 @@ def _patch(cls):
         cls.sample_tokens = sample_tokens
 
 
-def _compiled_sites(runner):
+def _compiled_sites(runner: Any) -> None:
     """Right after vLLM loaded the model and before it compiles it: llmrr's sites as the
     llmrr::site_rows op, when the model will be compiled and rows are captured."""
     capture = _setting(ENV_CAPTURE, "layers")
@@ -178,35 +200,49 @@ def _compiled_sites(runner):
             or getattr(runner, "_llmrr_sites", None) is not None:
         return
     try:
-        from .vllm_compiled import CompiledSites
+        from .compiled import CompiledSites
         runner._llmrr_sites = CompiledSites(runner, capture)
     except Exception as e:  # never break vLLM: the steps are still recorded
         _warn("cannot put llmrr's sites into the compiled model (%s: %s); rows will not be "
               "recorded" % (type(e).__name__, e))
 
 
-def _versions():
+def _versions() -> tuple[str | None, str]:
     import torch
     try:
         import vllm
-        v = vllm.__version__
+        v: str | None = vllm.__version__
     except Exception:
         v = None
-    return v, torch.__version__
+    return v, str(torch.__version__)
+
+
+class _Known:
+    """What the recorder knows of one vLLM request."""
+
+    def __init__(self, prompt_len: int, eos: set[int], max_tokens: int,
+                 stop_at_eos: bool) -> None:
+        self.prompt_len = prompt_len
+        self.generated = 0
+        self.done = False
+        self.eos = eos
+        self.max_tokens = max_tokens
+        self.stop_at_eos = stop_at_eos
 
 
 class _StepRecorder(Hooks):
     """Records the steps of one model runner (one worker)."""
 
-    def __init__(self, runner):
+    def __init__(self, runner: Any) -> None:
         import atexit
 
-        from . import fingerprint
-        from . import recorder as recorder_mod
-        from .recorder import Recorder
+        from ...core import recorder as recorder_mod
+        from ...core.fingerprint import KIND, Pending
+        from ...core.recorder import Recorder
         self.runner = runner
-        self.fp = fingerprint
+        self._Pending = Pending
         self.failed = False
+        self.open = False  # a trace is open (rotate(None) and close() close it)
         self.capture = _setting(ENV_CAPTURE, "layers")
         if self.capture not in ("none", "layers", "all"):
             raise ValueError("%s must be none, layers or all, found %r" % (ENV_CAPTURE,
@@ -219,8 +255,8 @@ class _StepRecorder(Hooks):
             path = "%s.rank%d" % (path, rank)
         self.eager = bool(getattr(cfg.model_config, "enforce_eager", False))
         # A compiled model records its rows through the llmrr::site_rows op that
-        # vllm_compiled put into it before vLLM compiled it (load_model).
-        self.compiled = getattr(runner, "_llmrr_sites", None)
+        # llmrr.runtimes.vllm.compiled put into it before vLLM compiled it (load_model).
+        self.compiled: CompiledSites | None = getattr(runner, "_llmrr_sites", None)
         self.hooks_work = self.eager or self.compiled is not None
         header = self._header(runner, cfg)
         if self.compiled is not None:
@@ -233,7 +269,7 @@ class _StepRecorder(Hooks):
         hf = cfg.model_config.hf_config
         text = getattr(hf, "text_config", None) or hf
 
-        def get(*names):
+        def get(*names: str) -> Any:
             for n in names:
                 v = getattr(text, n, None)
                 if v is not None:
@@ -257,9 +293,10 @@ class _StepRecorder(Hooks):
         self.eos = set(int(e) for e in (eos if isinstance(eos, (list, tuple)) else
                                         ([] if eos is None else [eos])))
         self._Recorder = Recorder
-        self.rec_config = dict(
-            tool_version="llmrr.vllm %s (vllm %s, torch %s)" % (
-                ".".join(__version__.split(".")[:2]), vllm_v, torch_v),
+        on_cuda = str(header["device"]).startswith("cuda")
+        self.rec_config: dict[str, Any] = dict(
+            tool_version="%s %s (vllm %s, torch %s)" % (
+                PRODUCER, ".".join(__version__.split(".")[:2]), vllm_v, torch_v),
             model_name=str(cfg.model_config.model),
             architecture=str(getattr(text, "model_type", "") or ""),
             weight_dtype=dtype, compute_dtype=dtype,
@@ -272,29 +309,28 @@ class _StepRecorder(Hooks):
             threads=int(header.get("torch_threads") or 0),
             capture=self.capture if self.hooks_work else "none", top_k=top_k,
             extra_config_json=json.dumps(header), command_line=" ".join(sys.argv),
-            device_kind="cuda" if header["device"].startswith("cuda") else "cpu",
-            device_name=header.get("device_name"), fingerprint=self.fp.KIND,
-            inline_steps=recorder_mod.inline_steps(not header["device"].startswith("cuda")))
+            device_kind="cuda" if on_cuda else "cpu",
+            device_name=header.get("device_name"), fingerprint=KIND,
+            inline_steps=recorder_mod.inline_steps(not on_cuda))
         # Under `llmrr record-cuda` the injection library's recorder takes the steps, so
         # kernel records and fingerprints share step numbers (its trace hashes rows with
         # xxh3-64 on the host; its owner closes it).
-        from .torch import _shared_recorder
-        self.shared = _shared_recorder()
+        self.shared = recorder_mod.shared_recorder()
         if self.shared is not None:
             self.rec = self.shared
             path = self.shared.path
         else:
             self.rec = Recorder(path, **self.rec_config)
+        self.open = True
         _active.append(self)
         self.path = path
         self.async_sched = bool(getattr(runner, "use_async_scheduling", False)) and \
             self.shared is None
         self.lock = threading.Lock()
         self._reset()
-        self.sink = self.tape or self.rec
         self.handles = []
-        self.missing = set()  # sites already reported as not recorded
-        self.nvtx = header["device"].startswith("cuda") or self.shared is not None
+        self.missing = set()
+        self.nvtx = on_cuda or self.shared is not None
 
         if self.eager and self.capture != "none":
             self._attach(runner.get_model())
@@ -307,49 +343,50 @@ class _StepRecorder(Hooks):
             "" if self.eager else ", compiled model: rows by llmrr::site_rows"
             if self.compiled is not None else ", compiled model: steps only"))
 
-    def _reset(self):
+    def _reset(self) -> None:
         self.step = -1
         self.in_step = False
-        self.ids = {}        # vLLM request id -> llmrr request id
-        self.known = {}      # vLLM request id -> dict(prompt_len, generated, ...)
+        self.ids = {}
+        self.known: dict[str, _Known] = {}   # vLLM request id -> what is known of it
         self.next_id = 0
-        self.used_ids = set()
-        self.gone = set()    # finished by vLLM, to be closed at the next step
+        self.used_ids: set[int] = set()
+        self.gone: set[str] = set()  # finished by vLLM, to be closed at the next step
         self.rows = 0
-        self.order = []      # (vLLM id, first row, count, sample, last position) of the step
-        self.keep = []       # host arrays whose addresses the step's calls passed
+        self.order = []
+        self.keep = []
         # Under async scheduling each step goes on a tape (its arrivals included) and is
         # replayed into the trace, in order, when vLLM collects its tokens; else the calls
         # go to the trace as they come.
-        self.tape = _Tape(self.fp) if self.async_sched else None
-        self.queue = []      # taped steps not replayed yet, in step order
-        self.pending = self.tape.pending if self.tape else self.fp.Pending()
+        self.tape: _Tape | None = _Tape(self._Pending()) if self.async_sched else None
+        self.queue: list[_Tape] = []  # taped steps not replayed yet, in step order
+        self.pending = self.tape.pending if self.tape else self._Pending()
+        self.sink = self.tape or self.rec
 
-    def reopen(self, path):
+    def reopen(self, path: str | None) -> None:
         """Closes the trace and records the steps from now on into a new one at `path`
         (requests still running continue there as new arrivals)."""
         if self.shared is not None:
             raise ValueError("rotate: this worker records into llmrr record-cuda's trace")
-        if self.rec is not None:
+        if self.open:
             if self.in_step and not self.failed:
                 self._end_step()
             with self.lock:
                 self._drain(all_of_them=True)
+            self.open = False
             self.rec.close()
         if path is None:  # paused: the hooks and steps record nothing until a new path
-            self.rec = self.sink = None
             self.failed = True
             return
-        self.failed = False
-        self._reset()
         self.path = path
         self.rec = self._Recorder(path, **self.rec_config)
-        self.sink = self.tape or self.rec
+        self.open = True
+        self.failed = False
+        self._reset()
 
     # ---- header ---------------------------------------------------------------------------
 
     @staticmethod
-    def _header(runner, cfg):
+    def _header(runner: Any, cfg: Any) -> dict[str, Any]:
         import torch
         vllm_v, torch_v = _versions()
         sc, cc, pc = cfg.scheduler_config, cfg.cache_config, cfg.parallel_config
@@ -367,7 +404,7 @@ class _StepRecorder(Hooks):
                 backend = None
         dev = str(runner.device)
         return {
-            "producer": "llmrr.vllm", "vllm": vllm_v, "torch": torch_v,
+            "producer": PRODUCER, "vllm": vllm_v, "torch": torch_v,
             "attention_backend": backend, "dtype": str(cfg.model_config.dtype),
             "enforce_eager": bool(cfg.model_config.enforce_eager),
             "batch_invariant": os.environ.get("VLLM_BATCH_INVARIANT", "0") not in ("", "0"),
@@ -391,38 +428,7 @@ class _StepRecorder(Hooks):
 
     # ---- steps ----------------------------------------------------------------------------
 
-    def safe(self, fn, *args):
-        if self.failed:
-            return None
-        try:
-            return fn(*args)
-        except Exception as e:  # never break vLLM
-            self._stop(e)
-            return None
-
-    def _missing(self, site, why):
-        """A site's rows could not be taken this step: the trace says lossy (the first
-        reason in its footer), stderr says so once per site; recording goes on."""
-        if site not in self.missing:
-            self.missing.add(site)
-            _warn("step %d, %s: not recorded (%s); the trace is marked lossy" %
-                  (self.step, site, why))
-        self.rec.mark_lossy("llmrr.vllm: step %d, %s not recorded: %s" % (self.step, site, why))
-
-    def _stop(self, e):
-        self._stop_lossy("%s: %s" % (type(e).__name__, e))
-
-    def _stop_lossy(self, why):
-        """Stops recording for good; the trace says lossy, with why (verify and inspect
-        print it), and keeps every step before."""
-        self.failed = True
-        _warn("recording stopped at step %d: %s" % (self.step, why))
-        try:
-            self.rec.mark_lossy("llmrr.vllm: recording stopped at step %d: %s" % (self.step, why))
-        except Exception as e:  # the library itself failed: its own reason stands
-            _warn("cannot mark %s lossy: %s" % (self.path, e))
-
-    def _discard(self, why):
+    def _discard(self, why: str) -> None:
         """Drops the open step (nothing of it is written), says why in the trace and on
         stderr, and stops recording."""
         self.in_step = False
@@ -432,18 +438,18 @@ class _StepRecorder(Hooks):
         _warn("step %d dropped, recording stopped: %s" % (self.step, why))
         try:
             if self.tape is not None:  # the step is on its tape: never replayed
-                self.rec.mark_lossy("llmrr.vllm: step %d discarded: %s" % (self.step, why))
+                self.rec.mark_lossy("%s: step %d discarded: %s" % (PRODUCER, self.step, why))
                 with self.lock:
                     self._drain()
             else:
-                self.rec.discard_step("llmrr.vllm: " + why)
+                self.rec.discard_step("%s: %s" % (PRODUCER, why))
         except Exception as e:
             _warn("cannot drop step %d of %s: %s" % (self.step, self.path, e))
         if self.nvtx:
             import torch
             torch.cuda.nvtx.range_pop()
 
-    def _llmrr_id(self, rid):
+    def _llmrr_id(self, rid: str) -> int:
         m = re.match(r"^(\d+)(?:-[0-9a-f]+)?$", rid)
         if m and int(m.group(1)) not in self.used_ids and int(m.group(1)) < 2**63:
             n = int(m.group(1))
@@ -454,7 +460,7 @@ class _StepRecorder(Hooks):
         self.used_ids.add(n)
         return n
 
-    def begin(self, so):
+    def begin(self, so: Any) -> None:
         """execute_model, before vLLM updates its batch: the requests that arrive with this
         scheduler output, and those vLLM finished for reasons the worker does not see."""
         if self.in_step:  # the previous step never reached sample_tokens
@@ -462,7 +468,7 @@ class _StepRecorder(Hooks):
         # Requests vLLM finished for reasons the worker does not see (a stop string, an
         # abort): closed in this step as aborted.
         self.gone.update(r for r in (getattr(so, "finished_req_ids", ()) or ())
-                         if r in self.known and not self.known[r]["done"])
+                         if r in self.known and not self.known[r].done)
         for nr in so.scheduled_new_reqs:
             if nr.req_id in self.known:
                 continue
@@ -471,21 +477,20 @@ class _StepRecorder(Hooks):
             n = self._llmrr_id(nr.req_id)
             self.ids[nr.req_id] = n
             stops = set(int(t) for t in (getattr(sp, "stop_token_ids", None) or []))
-            self.known[nr.req_id] = dict(
-                prompt_len=len(prompt), generated=0, done=False, eos=self.eos | stops,
-                max_tokens=int(getattr(sp, "max_tokens", 0) or 2**31 - 1),
-                stop_at_eos=not bool(getattr(sp, "ignore_eos", False)))
+            max_tokens = int(getattr(sp, "max_tokens", 0) or 2**31 - 1)
+            stop_at_eos = not bool(getattr(sp, "ignore_eos", False))
+            self.known[nr.req_id] = _Known(len(prompt), self.eos | stops, max_tokens,
+                                           stop_at_eos)
             label = "" if re.match(r"^\d+(-[0-9a-f]+)?$", nr.req_id) else nr.req_id
             self.sink.add_request(
-                n, prompt or [0], int(getattr(sp, "max_tokens", 0) or 2**31 - 1),
+                n, prompt or [0], max_tokens,
                 label=label[:200], temperature=float(getattr(sp, "temperature", 0.0) or 0.0),
                 top_k=max(0, int(getattr(sp, "top_k", 0) or 0)),
                 top_p=float(getattr(sp, "top_p", 1.0) or 1.0),
                 seed=int(getattr(sp, "seed", 0) or 0) & (2**64 - 1),
-                stop_at_eos=not bool(getattr(sp, "ignore_eos", False)),
-                arrival_step=self.step + 1)
+                stop_at_eos=stop_at_eos, arrival_step=self.step + 1)
 
-    def start(self, so):
+    def start(self, so: Any) -> None:
         """_prepare_inputs, after vLLM updated its persistent batch and before the forward
         pass: the step's rows in the order the runner lays them out (input_batch.req_ids,
         which _prepare_inputs, the attention metadata and the logits indices all follow)."""
@@ -501,23 +506,25 @@ class _StepRecorder(Hooks):
             self._stop_lossy("step %d: the runner's batch %s is not the scheduled set %s" %
                              (self.step + 1, order_ids, sorted(sched)))
             return
-        computed = {}
+        computed: dict[str, int] = {}
         for nr in so.scheduled_new_reqs:
             computed[nr.req_id] = nr.num_computed_tokens
         cr = so.scheduled_cached_reqs
         for rid, c in zip(cr.req_ids, cr.num_computed_tokens):
             computed[rid] = c
         self.step += 1
-        segments, self.order, row = [], [], 0
+        segments: list[dict[str, int]] = []
+        self.order = []
+        row = 0
         for rid in order_ids:
             k = self.known[rid]
             count = int(sched[rid])
             start = int(computed.get(rid, 0))
-            sample = start + count >= k["prompt_len"]
-            kind = 1 if (start >= k["prompt_len"] and count == 1) else 0
+            sample = start + count >= k.prompt_len
+            kind = 1 if (start >= k.prompt_len and count == 1) else 0
             segments.append(dict(request=self.ids[rid], start=start, count=count,
                                  cached=start, kind=kind, sample=1 if sample else 0))
-            self.order.append((rid, row, count, sample, start + count - 1))
+            self.order.append(Row(rid, row, count, sample, start + count - 1))
             row += count
         self.rows = row
         if self.nvtx:
@@ -534,18 +541,18 @@ class _StepRecorder(Hooks):
             self._finish(rid, 2)  # FINISH_ABORTED
         self.gone.clear()
 
-    def end(self, out):
+    def end(self, out: Any) -> None:
         if not self.in_step:
             return
         req_ids = getattr(out, "req_ids", None)
         sampled = getattr(out, "sampled_token_ids", None)
         ran = req_ids if req_ids is not None else getattr(
             getattr(out, "_model_runner_output", None), "req_ids", None)
-        if ran is not None and list(ran) != [e[0] for e in self.order]:
+        if ran is not None and list(ran) != [e.rid for e in self.order]:
             # The rows were taken in another order than vLLM's output has them: nothing of
             # this step is written under a request it may not belong to.
             self._discard("step %d: rows recorded in the order %s, vLLM's output has %s" %
-                          (self.step, [e[0] for e in self.order], list(ran)))
+                          (self.step, [e.rid for e in self.order], list(ran)))
             return
         if self.sink is self.tape:
             self._end_tape(out)
@@ -556,13 +563,14 @@ class _StepRecorder(Hooks):
 
     # ---- async scheduling: a step on a tape until vLLM collects its tokens -------------------
 
-    def _end_tape(self, out):
+    def _end_tape(self, out: Any) -> None:
         """Ends a taped step. Its tokens come from the output now (synchronous output) or
         when vLLM calls the async output's get_output(), after the next step has begun."""
         tape = self.tape
+        assert tape is not None
         tape.keep, self.keep = self.keep, []
         self.in_step = False
-        self.tape = _Tape(self.fp)
+        self.tape = _Tape(self._Pending())
         self.sink = self.tape  # the next step's arrivals (begin) go on the next tape
         self.pending = self.tape.pending
         with self.lock:
@@ -577,15 +585,18 @@ class _StepRecorder(Hooks):
         if orig is None:
             self.safe(self._collect, tape, None)
             return
-        rec = self
+        out.get_output = self._collecting(tape, orig)
 
-        def get_output():
+    def _collecting(self, tape: _Tape, orig: Callable[[], Any]) -> Callable[[], Any]:
+        """The async output's get_output, wrapped: the tape's tokens are collected from what
+        it returns."""
+        def get_output() -> Any:
             o = orig()
-            rec.safe(rec._collect, tape, o)
+            self.safe(self._collect, tape, o)
             return o
-        out.get_output = get_output
+        return get_output
 
-    def _collect(self, tape, out):
+    def _collect(self, tape: _Tape, out: Any) -> None:
         """A taped step's tokens and finishes (none when `out` is None), then every step
         whose tokens are in replayed into the trace, in step order."""
         with self.lock:
@@ -594,34 +605,34 @@ class _StepRecorder(Hooks):
             tape.ready = True
             self._drain()
 
-    def _drain(self, all_of_them=False):
+    def _drain(self, all_of_them: bool = False) -> None:
         while self.queue and (all_of_them or self.queue[0].ready):
             tape = self.queue.pop(0)
             if not tape.ready:
-                self.rec.mark_lossy("llmrr.vllm: the tokens of step %d were never collected "
-                                    "(the run ended first)" % tape.step)
+                self.rec.mark_lossy("%s: the tokens of step %d were never collected (the run "
+                                    "ended first)" % (PRODUCER, tape.step))
             tape.replay(self.rec)
 
-    def _tokens(self, out, order, sink):
+    def _tokens(self, out: Any, order: Sequence[Row], sink: Sink) -> None:
         """The tokens of a step's sampled rows from vLLM's output, with the finishes they
         cause (eos, max_tokens), into `sink` (the trace, or the step's tape)."""
-        where = {e[0]: e for e in order}
+        where = {e.rid: e for e in order}
         for rid, toks in zip(out.req_ids, out.sampled_token_ids):
             e = where.get(rid)
-            if e is None or not e[3] or not toks:
+            if e is None or not e.sample or not toks:
                 continue  # not in this step, or a partial prefill chunk (vLLM drops it)
             k = self.known[rid]
-            if k["done"]:
+            if k.done:
                 continue
             t = int(toks[0])
-            sink.token(self.ids[rid], e[4] + 1, t)
-            k["generated"] += 1
-            if k["stop_at_eos"] and t in k["eos"]:
+            sink.token(self.ids[rid], e.last_pos + 1, t)
+            k.generated += 1
+            if k.stop_at_eos and t in k.eos:
                 self._finish(rid, 0, sink)  # FINISH_EOS
-            elif k["generated"] >= k["max_tokens"]:
+            elif k.generated >= k.max_tokens:
                 self._finish(rid, 1, sink)  # FINISH_MAX_TOKENS
 
-    def _end_step(self):
+    def _end_step(self) -> None:
         self.in_step = False
         if self.sink is self.tape:  # a taped step that never reached sample_tokens
             self._end_tape(None)
@@ -633,16 +644,17 @@ class _StepRecorder(Hooks):
             import torch
             torch.cuda.nvtx.range_pop()
 
-    def _finish(self, rid, reason, sink=None):
+    def _finish(self, rid: str, reason: int, sink: Sink | None = None) -> None:
         k = self.known.get(rid)
-        if k is None or k["done"]:
+        if k is None or k.done:
             return
-        k["done"] = True
-        (sink or self.sink).finish(self.ids[rid], reason, k["generated"])
+        k.done = True
+        (sink or self.sink).finish(self.ids[rid], reason, k.generated)
 
-    def close(self):
-        if getattr(self, "rec", None) is None:
+    def close(self) -> None:
+        if not self.open:
             return
+        self.open = False
         try:
             if self.in_step and not self.failed:
                 self._end_step()
@@ -654,7 +666,7 @@ class _StepRecorder(Hooks):
                 self.rec.close()
         except Exception as e:
             _warn("closing %s: %s" % (self.path, e))
-        self.rec = None
+        self.failed = True
         if self in _active:
             _active.remove(self)
 
@@ -666,28 +678,47 @@ class _Tape:
     tape's own Pending; the routing and logits arrays whose addresses the calls carry are
     held by the recorder's `keep` list, which moves here at the step's end."""
 
-    def __init__(self, fp):
-        self.calls = []
-        self.pending = fp.Pending()
-        self.keep = None
-        self.order = []
+    def __init__(self, pending: Pending) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.pending = pending
+        self.keep: list[Any] | None = None
+        self.order: list[Row] = []
         self.step = -1
         self.ready = False
 
-    def __getattr__(self, name):
-        if name in ("add_request", "begin_step", "routing", "logits", "token", "finish",
-                    "mark_lossy"):
-            return lambda *a, **kw: self.calls.append((name, a, kw))
-        raise AttributeError(name)
+    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.calls.append((name, args, kwargs))
 
-    def host_rows(self, site, x, rows):
+    # The calls of Sink that a taped step makes, replayed on the trace in this order.
+    def add_request(self, *args: Any, **kwargs: Any) -> None:
+        self._call("add_request", args, kwargs)
+
+    def begin_step(self, *args: Any, **kwargs: Any) -> None:
+        self._call("begin_step", args, kwargs)
+
+    def routing(self, *args: Any, **kwargs: Any) -> None:
+        self._call("routing", args, kwargs)
+
+    def logits(self, *args: Any, **kwargs: Any) -> None:
+        self._call("logits", args, kwargs)
+
+    def token(self, *args: Any, **kwargs: Any) -> None:
+        self._call("token", args, kwargs)
+
+    def finish(self, *args: Any, **kwargs: Any) -> None:
+        self._call("finish", args, kwargs)
+
+    def mark_lossy(self, *args: Any, **kwargs: Any) -> None:
+        self._call("mark_lossy", args, kwargs)
+
+    def host_rows(self, site: str, x: Any, rows: int) -> bool:
         x = x.reshape(-1, x.shape[-1])
         if x.shape[0] < rows:
             return False
         self.pending.add(site, x[:rows])
         return True
 
-    def replay(self, rec):
+    def replay(self, rec: Recorder) -> None:
         for name, a, kw in self.calls:
             getattr(rec, name)(*a, **kw)
         if any(name == "begin_step" for name, _, _ in self.calls):

@@ -2,8 +2,11 @@
 nesting at most MAX_DEPTH levels, checked by an iterative scan before json.loads runs, so a
 document nested 100,000 deep is a JsonNestingError (a ValueError naming the path), never a
 RecursionError or a crashed interpreter."""
+from __future__ import annotations
+
 import json
 import re
+from typing import Any
 
 from . import _lib
 
@@ -18,13 +21,13 @@ class JsonNestingError(_lib.LlmrrError, ValueError):
     """JSON nested deeper than MAX_DEPTH levels. .path is the file; .code is llmrr's
     semantic error code (109). A ValueError, and an llmrr.LlmrrError like any bad trace."""
 
-    def __init__(self, path, where, offset, max_depth=MAX_DEPTH):
+    def __init__(self, path: str, where: str, offset: int, max_depth: int = MAX_DEPTH) -> None:
         super().__init__(109, "%s: %s: nesting deeper than %d levels at byte %d" %
                          (path, where, max_depth, offset))
         self.path = path
 
 
-def too_deep_at(text, max_depth=MAX_DEPTH):
+def too_deep_at(text: str, max_depth: int = MAX_DEPTH) -> int:
     """The 1-based offset of the bracket that nests `text` deeper than max_depth, or 0.
     Brackets inside strings do not count (escaped quotes included)."""
     depth = 0
@@ -51,7 +54,7 @@ def too_deep_at(text, max_depth=MAX_DEPTH):
     return 0
 
 
-def loads(text, path, where="JSON", max_depth=MAX_DEPTH):
+def loads(text: str, path: str, where: str = "JSON", max_depth: int = MAX_DEPTH) -> Any:
     """json.loads after the nesting check; JsonNestingError names `path` and `where`."""
     at = too_deep_at(text, max_depth)
     if at:
@@ -59,7 +62,7 @@ def loads(text, path, where="JSON", max_depth=MAX_DEPTH):
     return json.loads(text)
 
 
-def load(path, max_depth=MAX_DEPTH):
+def load(path: str, max_depth: int = MAX_DEPTH) -> Any:
     """A JSON file: at most MAX_FILE_BYTES, then loads()."""
     with open(path, "rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)

@@ -62,9 +62,20 @@ class Recorder:
         self._h = ctypes.c_void_p()
         self._check(L.llmrr_recorder_open(self.path.encode(), ctypes.byref(cfg),
                                           ctypes.byref(self._h)), "open " + self.path)
+        self._bound()
+
+    def _bound(self) -> None:
         self._wants: dict[str, bool] = {}
         self._site_bytes: dict[str, bytes] = {}  # host_rows: site name -> its bytes, encoded once
-        self._record_rows = L.llmrr_recorder_record_rows
+        self._record_rows = self._L.llmrr_recorder_record_rows
+
+    @classmethod
+    def _of_handle(cls, L: ctypes.CDLL, handle: int, path: str) -> Recorder:
+        """A Recorder over a recorder another library opened (and closes)."""
+        rec = cls.__new__(cls)
+        rec._L, rec._h, rec._keep, rec.path = L, ctypes.c_void_p(handle), [], path
+        rec._bound()
+        return rec
 
     def _check(self, rc: int, what: str) -> None:
         if rc != _lib.OK:
@@ -135,7 +146,7 @@ class Recorder:
     def fingerprints(self, site: str, hashes: Any, l2: Any, max_abs: Any, cols: int,
                      batch_rows: Sequence[int] | None = None) -> None:
         """Rows whose fingerprints were made where they live (a recorder opened with
-        fingerprint="mixsum64"; llmrr.fingerprint computes them): numpy uint64 hashes and
+        fingerprint="mixsum64"; llmrr.core.fingerprint computes them): numpy uint64 hashes and
         float32 l2 / max |x| (or None), one per row of `cols` elements."""
         import numpy as np
         hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
@@ -198,3 +209,24 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def shared_recorder() -> Recorder | None:
+    """The recorder `llmrr record-cuda`'s injection library shares with the process, when
+    $LLMRR_SHARED_RECORDER_LIB names a library that exports `llmrr_recorder*
+    llmrr_recorder_shared(void)` and it has one; else None. Its owner closes it, so that
+    kernel records and a runtime's steps land in one trace (llmrr.runtimes.torch and
+    llmrr.runtimes.vllm write into it instead of opening a file)."""
+    path = os.environ.get("LLMRR_SHARED_RECORDER_LIB")
+    if not path:
+        return None
+    L = ctypes.CDLL(path)
+    fn = getattr(L, "llmrr_recorder_shared", None)
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_void_p
+    h = fn()
+    if not h:
+        return None
+    _lib._declare(L)
+    return Recorder._of_handle(L, h, path)

@@ -1,20 +1,22 @@
-"""llmrr.vllm_replay: re-execute a recorded vLLM run in vLLM, compare it with its trace, and
-bisect a split to the co-requests that cause it.
+"""llmrr.campaigns.vllm_replay: re-execute a recorded vLLM run in vLLM, compare it with its
+trace, and bisect a split to the co-requests that cause it.
 
     llmrr replay --runtime vllm TRACE --model DIR [-o OUT] [counterfactual options]
     llmrr bisect --runtime vllm TRACE --model DIR [--request R] [--max-replays N]
-    python -m llmrr.vllm_replay replay|bisect ...        # the same, in vLLM's Python
+    python -m llmrr.campaigns.vllm_replay replay|bisect ...   # the same, in vLLM's Python
 
 A vLLM run is decided by its inputs: the requests, the steps they were scheduled at and the
-engine's settings, and the trace holds all of them (llmrr.vllm writes the settings into the
-run header). `replay` starts an engine with the recorded settings (dtype, max_num_batched_
-tokens, max_num_seqs, chunked prefill, prefix caching, block size, KV blocks, max_model_len,
-torch threads), submits each request just before the step it was first scheduled at, steps
-the engine one step at a time, and records the replay with llmrr.vllm. It then checks every
-step's batch against the trace (requests, chunk, decode rows, prefix-cache hits as the
-positions a prefill starts at) and compares every fingerprint, logits row and token with
-`llmrr diff`: "bit-exact", or the first step where the batch differs and the first step,
-position and site where the numbers do. Exit 0 bit-exact, 1 differs, 2 refused or bad input.
+engine's settings, and the trace holds all of them (llmrr.runtimes.vllm writes the settings
+into the run header). The trace is read through the reader (llmrr.open: its header, requests
+and segments). `replay` starts an engine with the recorded settings (dtype,
+max_num_batched_tokens, max_num_seqs, chunked prefill, prefix caching, block size, KV blocks,
+max_model_len, torch threads), submits each request just before the step it was first
+scheduled at, steps the engine one step at a time, and records the replay with
+llmrr.runtimes.vllm. It then checks every step's batch against the trace (requests, chunk,
+decode rows, prefix-cache hits as the positions a prefill starts at) and compares every
+fingerprint, logits row and token with `llmrr diff`: "bit-exact", or the first step where
+the batch differs and the first step, position and site where the numbers do. Exit 0
+bit-exact, 1 differs, 2 refused or bad input.
 
 Counterfactuals are replays of the same trace with one thing changed, compared with it:
 --alone R (request R alone), --only R,S / --drop R,S (which requests run), --move R:STEP (an
@@ -28,28 +30,67 @@ The trace's model and vLLM version must match the model directory and the vLLM a
 (exit 2 with the reason; --force goes on and says so). Differences that can change bits on
 the same build (torch version, device, thread count) are printed before the result.
 """
+from __future__ import annotations
+
 import argparse
 import json
 import os
 import subprocess
 import sys
 import time
+from typing import IO, Any, Callable, NoReturn, Optional, Sequence, Tuple, TypedDict
 
-from . import _json, _lib
+import numpy as np
 
-PRODUCER = "llmrr.vllm"
+from ..core import _json, _lib
+from ..core.reader import Trace
+from ..core.reader import open as open_trace
+from ..runtimes.vllm import ENV_TRACE, PRODUCER
+
+PROG = "llmrr.campaigns.vllm_replay"
+# A step's batch, one segment a request in row order: (request, start, count, kind, sample),
+# kind as `llmrr dump` names it.
+Segment = Tuple[int, int, int, str, bool]
+SEGMENT_KINDS = {_lib.SEGMENT_PREFILL: "prefill", _lib.SEGMENT_DECODE: "decode"}
 
 
-def die(msg):
+class RecordedRequest(TypedDict):
+    """A request of the trace (its requests table), with the step it was first scheduled at."""
+    id: int
+    prompt: list[int]
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+    stop_at_eos: bool
+    arrival_step: int
+    first_step: int
+
+
+class ReplayRequest(TypedDict):
+    """A request as the engine worker submits it: just before engine step `step`."""
+    id: int
+    prompt: list[int]
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+    stop_at_eos: bool
+    step: int
+
+
+def die(msg: str) -> NoReturn:
     sys.stderr.write("llmrr replay --runtime vllm: error: %s\n" % msg)
     sys.exit(2)
 
 
-def llmrr_bin():
+def llmrr_bin() -> str:
     return _lib.llmrr_binary() or die("no llmrr binary: set $LLMRR_BIN or put llmrr on PATH")
 
 
-def cli(*args, ok=(0,)):
+def cli(*args: str, ok: Sequence[int] = (0,)) -> tuple[int, str]:
     p = subprocess.run([llmrr_bin(), *args], capture_output=True, text=True)
     if p.returncode not in ok:
         die("llmrr %s: exit %d: %s" % (" ".join(args), p.returncode,
@@ -57,42 +98,71 @@ def cli(*args, ok=(0,)):
     return p.returncode, p.stdout
 
 
+def _f32(v: Any) -> float:
+    """A float32 column value as the number it was written from: the shortest decimal that
+    reads back as the same float32 (0.95, not 0.949999988079071)."""
+    return float(str(np.float32(v)))
+
+
 # ---- the recorded run -------------------------------------------------------------------------
 
 class Recorded:
-    """What a vLLM trace says about its run: settings, requests, each step's batch."""
+    """What a vLLM trace says about its run: settings, requests, each step's batch (read
+    through llmrr.open)."""
 
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         if not os.path.isfile(path):
             die("%s: expected a trace file, found %s" % (
                 path, "no such file" if not os.path.exists(path) else "not a regular file"))
         self.path = path
-        head = json.loads(cli("inspect", path, "--json")[1])
-        self.header = head["run_header"]
         try:
-            self.extra = json.loads(self.header.get("extra_config_json") or "{}")
-        except ValueError:
-            self.extra = {}
-        if self.extra.get("producer") != PRODUCER:
-            die("%s: not a vLLM trace (its run header's producer is %r; replay --runtime vllm "
-                "takes traces llmrr.vllm recorded)" % (path, self.extra.get("producer")))
-        self.requests = {}   # id -> dict(prompt, max_tokens, sampling, arrival_step)
-        self.steps = []      # [(step, [(request, start, count, kind, sample), ...])]
-        for line in cli("dump", path, "--json")[1].splitlines():
-            rec = json.loads(line)
-            if rec.get("type") != "step":
-                continue
-            for a in rec.get("arrivals", []):
-                self.requests[a["id"]] = a
-            segs = [(g["request"], g["start"], g["count"], g["kind"], bool(g["sample"]))
-                    for g in rec["segments"]]
-            self.steps.append((rec["step"], segs))
-            for g in segs:  # the step a request was first scheduled at
-                r = self.requests.get(g[0])
-                if r is not None and "first_step" not in r:
-                    r["first_step"] = rec["step"]
+            with open_trace(path) as t:
+                self.header: dict[str, Any] = t.header
+                extra = t.header.get("extra_config")
+                self.extra: dict[str, Any] = extra if isinstance(extra, dict) else {}
+                if self.extra.get("producer") != PRODUCER:
+                    die("%s: not a vLLM trace (its run header's producer is %r; replay "
+                        "--runtime vllm takes traces %s recorded)" % (
+                            path, self.extra.get("producer"), PRODUCER))
+                self.steps = self._steps(t)
+                self.requests = self._requests(t, self.steps)
+        except (_lib.LlmrrError, OSError) as e:
+            die("%s: %s" % (path, e))
 
-    def model_for(self, model):
+    @staticmethod
+    def _steps(t: Trace) -> list[tuple[int, list[Segment]]]:
+        """[(step, its segments in row order)] for every step of the trace."""
+        seg = t.segments
+        by_step: dict[int, list[Segment]] = {}
+        for st, r, start, count, kind, sample in zip(
+                seg["step"].tolist(), seg["request"].tolist(), seg["start"].tolist(),
+                seg["count"].tolist(), seg["kind"].tolist(), seg["sample"].tolist()):
+            by_step.setdefault(st, []).append(
+                (r, start, count, SEGMENT_KINDS.get(kind, str(kind)), bool(sample)))
+        return [(st, by_step.get(st, [])) for st in t.steps["step"].tolist()]
+
+    @staticmethod
+    def _requests(t: Trace, steps: list[tuple[int, list[Segment]]]) -> dict[int, RecordedRequest]:
+        """id -> the request, in arrival order; first_step is the step it was first
+        scheduled at (its arrival step when it never was)."""
+        first: dict[int, int] = {}
+        for st, segs in steps:
+            for g in segs:
+                first.setdefault(g[0], st)
+        q = t.requests
+        out: dict[int, RecordedRequest] = {}
+        for n in range(len(q)):
+            rid = int(q["id"][n])
+            arrival = int(q["arrival_step"][n])
+            out[rid] = RecordedRequest(
+                id=rid, prompt=[int(x) for x in q["prompt"][n]],
+                max_tokens=int(q["max_tokens"][n]), temperature=_f32(q["temperature"][n]),
+                top_k=int(q["top_k"][n]), top_p=_f32(q["top_p"][n]), seed=int(q["seed"][n]),
+                stop_at_eos=bool(q["stop_at_eos"][n]), arrival_step=arrival,
+                first_step=first.get(rid, arrival))
+        return out
+
+    def model_for(self, model: str) -> str:
         """The model path to give vLLM: the recorded spelling when it names the same
         directory (so the replay's header says the same model), else the absolute path."""
         recorded = self.header.get("model", {}).get("name") or ""
@@ -101,10 +171,10 @@ class Recorded:
             return recorded
         return os.path.abspath(model)
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         e = self.extra
         s = {"dtype": {"torch.float32": "float32", "torch.bfloat16": "bfloat16",
-                       "torch.float16": "float16"}.get(e.get("dtype"), e.get("dtype")),
+                       "torch.float16": "float16"}.get(str(e.get("dtype")), e.get("dtype")),
              "mbt": e.get("max_num_batched_tokens"), "seqs": e.get("max_num_seqs"),
              "chunked": e.get("chunked_prefill", True), "prefix": e.get("prefix_caching", False),
              "block": e.get("block_size"), "blocks": e.get("num_gpu_blocks"),
@@ -114,14 +184,15 @@ class Recorded:
         return s
 
 
-def check_compat(rec, model, force):
+def check_compat(rec: Recorded, model: str, force: bool) -> list[str]:
     """Refuses (exit 2) a model or vLLM that is not the recorded one, unless force; returns
     the notes on what else differs from the recording."""
-    notes, refusals = [], []
+    notes: list[str] = []
+    refusals: list[str] = []
     cfg_path = os.path.join(model, "config.json")
     if not os.path.isfile(cfg_path):
         die("--model %s: expected a model directory with config.json" % model)
-    try:  # under the nesting and size caps (llmrr._json)
+    try:  # under the nesting and size caps (llmrr.core._json)
         cfg = _json.load(cfg_path)
         if not isinstance(cfg, dict):
             raise ValueError("%s: expected a JSON object" % cfg_path)
@@ -149,8 +220,8 @@ def check_compat(rec, model, force):
                      "match" % (dev, rec.extra.get("device_name")))
     for key in ("block_size", "num_gpu_blocks", "max_model_len"):
         if rec.extra.get(key) is None:
-            notes.append("the trace's header has no %s (an older llmrr.vllm): vLLM's default "
-                         "is used" % key)
+            notes.append("the trace's header has no %s (an older %s): vLLM's default is used"
+                         % (key, PRODUCER))
     if refusals:
         if not force:
             die("%s does not match %s: %s (--force replays anyway)" % (
@@ -159,22 +230,24 @@ def check_compat(rec, model, force):
     return notes
 
 
-def requests_of(rec, keep=None, moved=None):
+def requests_of(rec: Recorded, keep: set[int] | None = None,
+                moved: dict[int, int] | None = None) -> list[ReplayRequest]:
     """The replay's requests: (id, prompt, max_tokens, sampling, step) sorted by step."""
     out = []
     for rid, r in rec.requests.items():
         if keep is not None and rid not in keep:
             continue
-        step = (moved or {}).get(rid, r.get("first_step", r.get("arrival_step", 0)))
-        out.append(dict(id=rid, prompt=r["prompt"], max_tokens=r["max_tokens"],
-                        temperature=r["temperature"], top_k=r["top_k"], top_p=r["top_p"],
-                        seed=r["seed"], stop_at_eos=r["stop_at_eos"], step=step))
+        step = (moved or {}).get(rid, r["first_step"])
+        out.append(ReplayRequest(id=rid, prompt=r["prompt"], max_tokens=r["max_tokens"],
+                                 temperature=r["temperature"], top_k=r["top_k"],
+                                 top_p=r["top_p"], seed=r["seed"],
+                                 stop_at_eos=r["stop_at_eos"], step=step))
     return sorted(out, key=lambda q: (q["step"], q["id"]))
 
 
 # ---- the engine side (a child process: one engine, many replays) -----------------------------
 
-def worker(settings_json):
+def worker(settings_json: str) -> None:
     """Reads one replay a line from stdin ({"trace", "requests"}), runs it in one in-process
     engine with the recorded settings, answers one JSON line each on stdout."""
     s = json.loads(settings_json)
@@ -184,7 +257,7 @@ def worker(settings_json):
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from . import vllm as plugin
+    from ..runtimes import vllm as plugin
     kw = dict(model=s["model"], skip_tokenizer_init=True, enforce_eager=bool(s["eager"]),
               dtype=s["dtype"] or "auto", max_num_batched_tokens=s["mbt"],
               max_num_seqs=s["seqs"], seed=0, enable_prefix_caching=bool(s["prefix"]),
@@ -203,7 +276,7 @@ def worker(settings_json):
         job = json.loads(line)
         # The runner's recorder starts at the engine's first step, with $LLMRR_VLLM_TRACE;
         # later replays switch it to their own trace.
-        os.environ[plugin.ENV_TRACE] = job["trace"]
+        os.environ[ENV_TRACE] = job["trace"]
         plugin.rotate(job["trace"])
         if s["prefix"]:
             llm.reset_prefix_cache()
@@ -211,7 +284,7 @@ def worker(settings_json):
         t0 = time.time()
         steps = 0
         while waiting or engine.has_unfinished_requests():
-            nxt = plugin._active[0].step + 1 if plugin._active else 0
+            nxt = plugin.active_step() + 1
             if not engine.has_unfinished_requests() and waiting and waiting[0]["step"] > nxt:
                 nxt = waiting[0]["step"]  # the recording had no idle step here: go on
             while waiting and waiting[0]["step"] <= nxt:
@@ -232,31 +305,37 @@ def worker(settings_json):
 class Engine:
     """A worker process with one engine; replay() runs one replay in it."""
 
-    def __init__(self, model, settings, capture, log):
+    def __init__(self, model: str, settings: dict[str, Any], capture: str, log: str) -> None:
         # (the worker names each replay's trace; this one is only there for the plugin to
         # patch vLLM's model runner at start)
-        env = dict(os.environ, LLMRR_VLLM_TRACE=log + ".unused",
-                   VLLM_ENABLE_V1_MULTIPROCESSING="0", LLMRR_CAPTURE=capture)
+        env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", LLMRR_CAPTURE=capture)
+        env[ENV_TRACE] = log + ".unused"
         cfg = dict(settings, model=model)
         self.log = open(log, "w")
-        self.p = subprocess.Popen([sys.executable, "-m", "llmrr.vllm_replay", "--worker",
-                                   json.dumps(cfg)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
+        self.p = subprocess.Popen([sys.executable, "-m", PROG, "--worker", json.dumps(cfg)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.log, text=True, env=env)
         self.count = 0
 
-    def replay(self, trace, requests):
-        self.p.stdin.write(json.dumps({"trace": trace, "requests": requests}) + "\n")
-        self.p.stdin.flush()
-        for line in self.p.stdout:
+    def _pipes(self) -> tuple[IO[str], IO[str]]:
+        assert self.p.stdin is not None and self.p.stdout is not None
+        return self.p.stdin, self.p.stdout
+
+    def replay(self, trace: str, requests: list[ReplayRequest]) -> dict[str, Any]:
+        stdin, stdout = self._pipes()
+        stdin.write(json.dumps({"trace": trace, "requests": requests}) + "\n")
+        stdin.flush()
+        for line in stdout:
             if line.startswith("LLMRR_REPLAY "):
                 self.count += 1
-                return json.loads(line[len("LLMRR_REPLAY "):])
+                reply: dict[str, Any] = json.loads(line[len("LLMRR_REPLAY "):])
+                return reply
         self.close()
         die("the vLLM engine ended before the replay did (its log: %s)" % self.log.name)
 
-    def close(self):
+    def close(self) -> None:
         if self.p.poll() is None:
-            self.p.stdin.close()
+            self._pipes()[0].close()
             self.p.wait()
         self.log.close()
         if os.path.exists(self.log.name + ".unused"):
@@ -265,10 +344,10 @@ class Engine:
 
 # ---- comparing ----------------------------------------------------------------------------------
 
-def batch_difference(rec, replayed):
+def batch_difference(rec: Recorded, replayed: Recorded) -> str | None:
     """The first step whose batch differs between the recording and a replay, in words, or
     None when every step's batch is the same."""
-    for i, ((step, a), (_, b)) in enumerate(zip(rec.steps, replayed.steps)):
+    for (step, a), (_, b) in zip(rec.steps, replayed.steps):
         if a != b:
             return ("step %d: the batch differs: recorded %s, replayed %s" %
                     (step, fmt_batch(a), fmt_batch(b)))
@@ -277,12 +356,15 @@ def batch_difference(rec, replayed):
     return None
 
 
-def fmt_batch(segs):
+def fmt_batch(segs: Sequence[Segment]) -> str:
     return "[" + ", ".join("r%d %s %d+%d%s" % (r, k, s, c, "" if smp else " (no sample)")
                            for r, s, c, k, smp in segs) + "]"
 
 
-def diff_json(a, b, request=None):
+# `llmrr diff` stays a CLI call: the divergence analysis (alignment, split points, causes) is
+# the C++ side's. Its --json output's schema is diff_report_json (replayer/diff/src/render.cc;
+# the fields read here are listed in docs/fuzz-summary.md).
+def diff_json(a: str, b: str, request: int | None = None) -> tuple[int, dict[str, Any]]:
     args = ["diff", a, b, "--json", "--align", "ids"]
     if request is not None:
         args += ["--request", "%d:%d" % (request, request)]
@@ -290,7 +372,7 @@ def diff_json(a, b, request=None):
     return rc, json.loads(out)
 
 
-def diff_text(a, b, request=None):
+def diff_text(a: str, b: str, request: int | None = None) -> tuple[int, str]:
     args = ["diff", a, b, "--align", "ids"]
     if request is not None:
         args += ["--request", "%d:%d" % (request, request)]
@@ -299,14 +381,16 @@ def diff_text(a, b, request=None):
 
 # ---- replay -------------------------------------------------------------------------------------
 
-def cmd_replay(a):
+def cmd_replay(a: argparse.Namespace) -> int:
     rec = Recorded(a.trace)
     notes = check_compat(rec, a.model, a.force)
     settings = rec.settings()
-    keep, moved, what = None, {}, []
+    keep: set[int] | None = None
+    moved: dict[int, int] = {}
+    what: list[str] = []
     ids = sorted(rec.requests)
 
-    def parse_ids(text, opt):
+    def parse_ids(text: str, opt: str) -> set[int]:
         try:
             out = {int(x) for x in text.split(",") if x != ""}
         except ValueError:
@@ -379,7 +463,8 @@ def cmd_replay(a):
 
 # ---- bisect -------------------------------------------------------------------------------------
 
-def ddmin(items, test, budget):
+def ddmin(items: list[int], test: Callable[[list[int]], bool],
+          budget: Callable[[], int]) -> tuple[list[int], bool]:
     """Zeller's ddmin: a 1-minimal subset of items for which test() holds (test(items) must).
     Returns (subset, minimal): minimal is False when the budget ran out first."""
     n = 2
@@ -410,7 +495,7 @@ def ddmin(items, test, budget):
     return items, True
 
 
-def cmd_bisect(a):
+def cmd_bisect(a: argparse.Namespace) -> int:
     rec = Recorded(a.trace)
     notes = check_compat(rec, a.model, a.force)
     for n in notes:
@@ -429,7 +514,7 @@ def cmd_bisect(a):
             if r not in rec.requests:
                 die("--request %d: the trace has no such request (it has %s)" %
                     (r, ",".join(map(str, ids))))
-        found = None
+        found: Optional[tuple[int, str, dict[str, Any]]] = None
         for r in targets:
             trace = alone_trace if r == targets[0] else os.path.join(work, "alone-%d.trace" % r)
             eng.replay(trace, requests_of(rec, {r}, {r: 0}))
@@ -443,18 +528,18 @@ def cmd_bisect(a):
             return 0
         r, alone, split = found
         print("request %d: %s against the request alone (%s)" % (r, split["verdict"], alone))
-        num = split.get("numerical_split") or {}
-        vis = split.get("visible_split")
+        num: dict[str, Any] = split.get("numerical_split") or {}
+        vis: dict[str, Any] = split.get("visible_split") or {}
         steps_r = {st for st, segs in rec.steps for g in segs if g[0] == r}
         # Every other request is a factor: one that never shares a step with r can still
         # move the chunks of those that do.
         co = sorted(set(ids) - {r})
         spent = [0]
 
-        def budget():
-            return a.max_replays - spent[0]
+        def budget() -> int:
+            return int(a.max_replays) - spent[0]
 
-        def reproduces(subset, kind):
+        def reproduces(subset: list[int], kind: str) -> bool:
             spent[0] += 1
             t = os.path.join(work, "r%d-%03d.trace" % (r, spent[0]))
             keep = set(subset) | {r}
@@ -481,19 +566,20 @@ def cmd_bisect(a):
             print("nothing to search: %s" % ("no visible split" if a.search == "visible"
                                               else "no numerical split"))
             return 0
-        report = {"request": r, "co_requests": co, "searches": []}
+        searched: list[dict[str, Any]] = []
+        report: dict[str, Any] = {"request": r, "co_requests": co, "searches": searched}
         for kind in searches:
             where = num if kind == "numerical" else vis
             if not reproduces(co, kind):
                 print("%s split: the replay with every co-request does not reproduce the "
                       "recording (the replay is not bit-exact here); nothing to bisect" % kind)
                 return 1
-            subset, minimal = ddmin(co, lambda s: reproduces(s, kind), budget)
-            at = where.get("step_a")
+            subset, minimal = ddmin(co, _reproducing(reproduces, kind), budget)
+            at: int | None = where.get("step_a")
             if at is None:  # a visible split: the step whose row chose that token
                 at = next((st for st, segs in rec.steps for g in segs
                            if g[0] == r and g[1] <= where["position"] - 1 < g[1] + g[2]), None)
-            batch = dict(rec.steps).get(at, [])
+            batch = dict(rec.steps).get(at, []) if at is not None else []
             beside = sorted({g[0] for g in batch} & set(subset))
             shared = sorted({st for st, segs in rec.steps if st in steps_r and
                              (at is None or st <= at) for g in segs if g[0] in subset})
@@ -507,9 +593,9 @@ def cmd_bisect(a):
                   "its batch at %d step%s up to there" % (
                       r, at, ",".join(map(str, beside)) or "none of them", len(shared),
                       "" if len(shared) == 1 else "s"))
-            report["searches"].append({"kind": kind, "position": where["position"],
-                                       "step": at, "minimal": subset, "one_minimal": minimal,
-                                       "in_batch_at_split": beside, "shared_steps": shared})
+            searched.append({"kind": kind, "position": where["position"], "step": at,
+                             "minimal": subset, "one_minimal": minimal,
+                             "in_batch_at_split": beside, "shared_steps": shared})
         report["replays"] = spent[0] + 1
         report["seconds"] = round(time.time() - t0, 1)
         print("%d replays in %.1f s (engine start included)" % (report["replays"],
@@ -521,7 +607,15 @@ def cmd_bisect(a):
         eng.close()
 
 
-def main(argv=None):
+def _reproducing(reproduces: Callable[[list[int], str], bool],
+                 kind: str) -> Callable[[list[int]], bool]:
+    """ddmin's test for one kind of split."""
+    def test(subset: list[int]) -> bool:
+        return reproduces(subset, kind)
+    return test
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
         worker(argv[1])
