@@ -58,12 +58,25 @@ namespace {
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
 
 volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_signal = 0;  // the last signal that came (forwarded or not)
 
 void forward(int sig, siginfo_t* info, void*) {
+  g_signal = sig;
   // From the terminal (SI_KERNEL: the tty sent it to the foreground process group, the
   // child included): the child has it already.
   if (info != nullptr && info->si_code == SI_KERNEL) return;
   if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+}
+
+// Waits for `child` for up to `ms`; true when it ended (its status in *status).
+bool wait_for(pid_t child, int ms, int* status) {
+  for (int waited = 0; waited < ms; waited += 20) {
+    const pid_t r = ::waitpid(child, status, WNOHANG);
+    if (r == child) return true;
+    if (r < 0 && errno != EINTR) return false;
+    ::usleep(20 * 1000);
+  }
+  return false;
 }
 
 }  // namespace
@@ -132,7 +145,19 @@ Result<int> run_child(const char* tool, Child c) {
     ::close(fds[0]);
   }
   int status = 0;
+  bool repeated = false;
   while (::waitpid(child, &status, 0) < 0) {
+    if (errno == EINTR && c.forward_signals && c.repeat_signal_after_ms > 0 && !repeated &&
+        g_signal != 0) {
+      // A signal came while waiting: give the child its grace, then the signal once more.
+      const int sig = g_signal;
+      if (wait_for(child, c.repeat_signal_after_ms, &status)) break;
+      repeated = true;
+      std::fprintf(stderr, "llmrr %s: %s still running %d ms after %s: sending it again\n",
+                   tool, c.argv[0].c_str(), c.repeat_signal_after_ms, ::strsignal(sig));
+      ::kill(child, sig);
+      continue;
+    }
     if (errno != EINTR) {
       const int e = errno;
       restore();
@@ -198,6 +223,7 @@ int record_child(const RecordedChild& spec) {
   Child child;
   child.argv = spec.command;
   child.in_child = [&] { spec.environment(written); };
+  child.repeat_signal_after_ms = spec.repeat_signal_after_ms;
   Result<int> ran = run_child(tool, std::move(child));
   if (!ran.ok()) return report(tool, ran.status());
   const int code = *ran;

@@ -25,6 +25,11 @@ struct Child {
   // status. A signal from the terminal (Ctrl-C: the kernel sends it to the whole foreground
   // process group, the child included) is not passed on a second time.
   bool forward_signals = true;
+  // > 0: when the child is still running this long after a signal was forwarded (or came
+  // from the terminal), the signal is sent to it once more. A server that waits on its
+  // open connections at a first SIGINT / SIGTERM takes a second one as "exit now" through
+  // exit() (llama-server), which runs the recorder's exit hooks: the trace is closed.
+  int repeat_signal_after_ms = 0;
 };
 
 // The child's exit status, 128 + signal when it was killed, 127 when it could not be
@@ -51,6 +56,8 @@ struct RecordedChild {
   // (after "llmrr <tool>: <-o>: "); an error keeps the trace under its partial name.
   // Default: steps, requests, row hash, complete / lossy (an engine-step trace).
   std::function<Result<std::string>(const std::string& path)> summarize;
+  // Child::repeat_signal_after_ms for the program (0: a signal is passed on once).
+  int repeat_signal_after_ms = 0;
 };
 
 // The -o policy of every recording command: a FIFO or a device as -o is refused (exit 2); the

@@ -67,6 +67,10 @@ if TYPE_CHECKING:
 ENV_TRACE = "LLMRR_VLLM_TRACE"
 ENV_CAPTURE = "LLMRR_CAPTURE"
 ENV_TOP_K = "LLMRR_TOP_K"
+# Seconds a stopping server gives its engine processes before it kills them (vLLM's own
+# default, --shutdown-timeout 0, kills the engine core's process tree at once, the worker
+# that records with it, so its trace would never be closed).
+ENV_SHUTDOWN_GRACE = "LLMRR_VLLM_SHUTDOWN_GRACE"
 # Before the one scheme (LLMRR_<RUNTIME>_TRACE switches a recorder on, LLMRR_CAPTURE and
 # LLMRR_TOP_K set every recorder) the plugin read these; still read when the new ones are unset.
 _OLD_NAMES = {ENV_CAPTURE: "LLMRR_VLLM_CAPTURE", ENV_TOP_K: "LLMRR_VLLM_TOP_K"}
@@ -102,6 +106,18 @@ def active_step() -> int:
     return _active[0].step if _active else -1
 
 
+def _on_exit(close: Callable[[], None]) -> None:
+    """Runs `close` when this process ends, however it ends short of a kill: at interpreter
+    exit (atexit) and, in a multiprocessing child (vLLM's engine core and its workers, which
+    leave by os._exit, where atexit never runs), from multiprocessing's exit finalizers.
+    close() is idempotent, so running from both is harmless."""
+    import atexit
+    import multiprocessing.util
+
+    atexit.register(close)
+    multiprocessing.util.Finalize(None, close, exitpriority=100)
+
+
 def close_all() -> None:
     """Closes the traces of this process's model runners (the fuzzer, after its last run)."""
     for r in list(_active):
@@ -126,7 +142,47 @@ def register() -> None:
         return
     _patch(GPUModelRunner)
     patch_router_selection()
+    _patch_shutdown()
     _patched = True
+
+
+def _patch_shutdown() -> None:
+    """A server stopped by SIGINT / SIGTERM ends its engine processes through
+    vllm.v1.utils.shutdown(procs, timeout): SIGTERM, a wait of `timeout`, then SIGKILL of each
+    process tree. With vLLM's default request timeout (0) the wait is 0 s and the worker is
+    killed before it can close its trace. While recording the wait is at least
+    $LLMRR_VLLM_SHUTDOWN_GRACE seconds (5): the engine core stops its workers, each closes
+    its trace from its exit finalizer (a few hundred ms) and the kill finds nothing left."""
+    try:
+        grace = float(os.environ.get(ENV_SHUTDOWN_GRACE, "5"))
+    except ValueError:
+        _warn("%s must be a number of seconds; using 5" % ENV_SHUTDOWN_GRACE)
+        grace = 5.0
+    if grace <= 0:
+        return
+    import importlib
+    try:
+        utils = importlib.import_module("vllm.v1.utils")
+    except Exception as e:  # noqa: BLE001 - an unknown layout: say so, never break vLLM
+        _warn("cannot find vLLM's process shutdown (%s): a stopped server may kill its "
+              "worker before the trace is closed" % e)
+        return
+    orig = getattr(utils, "shutdown", None)
+    if orig is None or getattr(orig, "_llmrr", False):
+        return
+
+    def shutdown(procs: Any, timeout: float | None = None) -> Any:
+        return orig(procs, timeout=max(grace, timeout or 0.0))
+
+    shutdown._llmrr = True  # type: ignore[attr-defined]
+    # Callers bind it by name: patch it where they took it too.
+    for name in ("vllm.v1.utils", "vllm.v1.engine.utils", "vllm.v1.engine.coordinator"):
+        try:
+            mod = importlib.import_module(name)
+        except Exception:  # noqa: BLE001
+            continue
+        if getattr(mod, "shutdown", None) is orig:
+            setattr(mod, "shutdown", shutdown)  # noqa: B010
 
 
 def _patch(cls: Any) -> None:
@@ -234,8 +290,6 @@ class _StepRecorder(Hooks):
     """Records the steps of one model runner (one worker)."""
 
     def __init__(self, runner: Any) -> None:
-        import atexit
-
         from ...core import recorder as recorder_mod
         from ...core.fingerprint import KIND, Pending
         from ...core.recorder import Recorder
@@ -337,7 +391,7 @@ class _StepRecorder(Hooks):
         if self.compiled is not None:
             self.compiled.bind(self._rows)
         self._wrap_logits(runner.get_model())
-        atexit.register(self.close)
+        _on_exit(self.close)
         _warn("recording %s to %s (capture %s%s)" % (
             type(runner.get_model()).__name__, path, self.capture if self.hooks_work else "none",
             "" if self.eager else ", compiled model: rows by llmrr::site_rows"
@@ -657,6 +711,10 @@ class _StepRecorder(Hooks):
         self.open = False
         try:
             if self.in_step and not self.failed:
+                # The process ends inside a step (a signal stopped the server mid-forward):
+                # the step keeps what it recorded, and the trace says it was cut.
+                self.rec.mark_lossy("%s: interrupted: step %d was cut by the process's exit"
+                                    % (PRODUCER, self.step))
                 self._end_step()
             with self.lock:
                 self._drain(all_of_them=True)

@@ -60,7 +60,8 @@ int record(int argc, char** argv) {
       "LLMRR_LLAMACPP_TRACE (LLMRR_CAPTURE, LLMRR_TOP_K as the options); the same works without\n"
       "this command. The program must use a shared libllama (tools/setup/llamacpp builds one).\n"
       "Stop a server with SIGINT or SIGTERM to this command: it is passed on, and the server\n"
-      "closes the trace as it exits.\n"
+      "closes the trace as it exits; if it still runs 3 s later (llama-server waits on open\n"
+      "connections), the signal is passed on again, which llama-server takes as 'exit now'.\n"
       "\n"
       "Exit codes: the program's exit status (128 + signal if killed); 2 bad usage or no trace\n"
       "written; 3 internal error.");
@@ -77,6 +78,10 @@ int record(int argc, char** argv) {
   spec.tool = "record-llamacpp";
   spec.output = o.out;
   spec.command = o.command;
+  // llama-server waits on its open connections at a first SIGINT / SIGTERM (a streamed
+  // completion held it 30 s); a second one exits at once through exit(), where the shim
+  // closes the trace.
+  spec.repeat_signal_after_ms = 3000;
   spec.no_trace_hint =
       "the program decoded nothing with a shared libllama (a statically linked llama.cpp "
       "cannot be recorded)";
