@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """toy_decode.py: a tiny numpy "runtime" that records its decoding loop through the llmrr C ABI
-(libllmrr_recorder_c.so, loaded with ctypes; the declarations are python/llmrr/_lib.py's).
+(libllmrr_recorder_c.so, loaded with ctypes; the declarations are python/llmrr/core/_lib.py's).
 
     LLMRR_RECORDER_LIB=build/default/recorder/libllmrr_recorder_c.so \
         python3 recorder/examples/toy_decode.py OUT.trace [--splits N] [--bf16-site]
@@ -24,15 +24,15 @@ except ImportError:  # ctest treats 77 as "skipped"
     sys.exit(77)
 
 # ---- the C ABI (llmrr/recorder.h) -------------------------------------------------------
-# Its ctypes declarations are the llmrr Python package's (python/llmrr/_lib.py), taken from this
+# Its ctypes declarations are the llmrr Python package's (python/llmrr/core/_lib.py), taken from this
 # checkout when the script runs from one, else from an installed package.
 
 _CHECKOUT_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
-if os.path.isfile(os.path.join(_CHECKOUT_PYTHON, "llmrr", "_lib.py")):
+if os.path.isfile(os.path.join(_CHECKOUT_PYTHON, "llmrr", "core", "_lib.py")):
     sys.path.insert(0, os.path.normpath(_CHECKOUT_PYTHON))
-from llmrr import _lib  # noqa: E402
+from llmrr.core import _lib  # noqa: E402
 from llmrr.core._lib import (DTYPE_F16, DTYPE_F32, FINISH_MAX_TOKENS, OP_GEMM,  # noqa: E402
-                        SEGMENT_DECODE, SEGMENT_PREFILL, Config, Plan, Request, Segment)
+                             SEGMENT_DECODE, SEGMENT_PREFILL, Config, Plan, Request, Segment)
 
 CAPTURE_ALL = _lib.CAPTURE["all"]
 LOGITS_TOPK = _lib.LOGITS["topk"]

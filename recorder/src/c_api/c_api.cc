@@ -27,7 +27,7 @@ using namespace llmrr::c_api_internal;
 
 // The C ABI's numbers are the trace's vocabulary (llmrr/format/vocab.h): a caller's value is
 // the record's value, no table in between. tests/python/test_abi_constants.py checks
-// Python's copies (python/llmrr/_lib.py) against these macros.
+// Python's copies (python/llmrr/core/_lib.py) against these macros.
 #define LLMRR_ABI_IS(macro, E, v) \
   static_assert((macro) == static_cast<int>(llmrr::trace::E::v), #macro " vs vocab.h " #E "::" #v)
 LLMRR_ABI_IS(LLMRR_DTYPE_F32, DType, kF32);

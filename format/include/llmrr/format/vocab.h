@@ -3,7 +3,7 @@
 // (`llmrr::OpKind` is `trace::OpKind`), the C ABI's LLMRR_* macros (llmrr/recorder.h) are
 // checked against them at compile time (recorder/src/abi_vocab.cc), the schema
 // (format/llmrr.fbs) by the writer's and reader's conversions, and Python's constants
-// (python/llmrr/_lib.py) by tests/python/test_abi_constants.py. Values are stored in traces:
+// (python/llmrr/core/_lib.py) by tests/python/test_abi_constants.py. Values are stored in traces:
 // append only, never renumber. Site ids and names are in llmrr/format/site.h.
 //
 // Plain enums only: kernels/cuda includes this through plan.h, so it must build under nvcc.
