@@ -55,7 +55,11 @@ def record(name, np_, ub, capture, waves, extra):
     finally:
         rc = srv.stop()
     with open(trace + ".log") as f:
-        assert rc == 0, "server exit %d\n%s" % (rc, f.read()[-3000:])
+        log = f.read()
+    # 1: llama-server was still shutting down 3 s after SIGTERM and record-llamacpp sent it
+    # again (it exits through exit(), where the shim closes the trace).
+    assert rc == 0 or (rc == 1 and "sending it again" in log), \
+        "server exit %d\n%s" % (rc, log[-3000:])
     return trace
 
 
