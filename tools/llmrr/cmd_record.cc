@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/child.h"
 #include "cli/cli.h"
 #include "engine_options.h"
 #include "llmrr/format/trace_reader.h"
@@ -70,15 +71,6 @@ void install_stop_handlers() {
     ::sigaction(sig, &sa, nullptr);
   }
   std::signal(SIGXFSZ, SIG_IGN);
-}
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "a signal";
-  }
 }
 
 // A one-line progress bar on stderr, redrawn at most ten times a second; erased at the end.
@@ -462,7 +454,7 @@ int run_record_command(int argc, char** argv) {
     if (!*more) break;
   }
   const int stopped_by = g_stop_signal;
-  if (stopped_by != 0) recorder.mark_lossy(std::string("interrupted by ") + signal_name(stopped_by));
+  if (stopped_by != 0) recorder.mark_lossy(std::string("interrupted by ") + cli::signal_name(stopped_by));
   e.remove_observer(&recorder);
   std::printf("\n");
   std::fflush(stdout);
@@ -523,7 +515,7 @@ int run_record_command(int argc, char** argv) {
     std::fprintf(stderr,
                  "%s: interrupted by %s; %s holds the %" PRId64 " steps recorded before it "
                  "(marked lossy: interrupted)\n",
-                 kCmd, signal_name(stopped_by), ro.output.c_str(), rs.steps);
+                 kCmd, cli::signal_name(stopped_by), ro.output.c_str(), rs.steps);
     return 128 + stopped_by;
   }
   return 0;

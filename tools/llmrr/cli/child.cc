@@ -53,6 +53,15 @@ void prepend_env(const char* name, const std::string& path) {
   ::setenv(name, v.c_str(), 1);
 }
 
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
 namespace {
 
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
@@ -103,6 +112,7 @@ Result<int> run_child(const char* tool, Child c) {
   auto restore = [&] {
     if (!c.forward_signals) return;
     g_child = 0;
+    g_signal = 0;
     for (int i = 0; i < 3; ++i) ::sigaction(kForwarded[i], &old_actions[i], nullptr);
     ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   };
@@ -154,7 +164,7 @@ Result<int> run_child(const char* tool, Child c) {
       if (wait_for(child, c.repeat_signal_after_ms, &status)) break;
       repeated = true;
       std::fprintf(stderr, "llmrr %s: %s still running %d ms after %s: sending it again\n",
-                   tool, c.argv[0].c_str(), c.repeat_signal_after_ms, ::strsignal(sig));
+                   tool, c.argv[0].c_str(), c.repeat_signal_after_ms, signal_name(sig));
       ::kill(child, sig);
       continue;
     }

@@ -32,6 +32,9 @@ struct Child {
   int repeat_signal_after_ms = 0;
 };
 
+// "SIGINT", "SIGTERM" or "SIGHUP" (the signals a recording is stopped by), else "a signal".
+const char* signal_name(int sig);
+
 // The child's exit status, 128 + signal when it was killed, 127 when it could not be
 // started (said on stderr as "llmrr <tool>: error: <argv0>: cannot run: ...").
 Result<int> run_child(const char* tool, Child child);
