@@ -54,8 +54,8 @@ Segment = Tuple[int, int, int, str, bool]
 SEGMENT_KINDS = {_lib.SEGMENT_PREFILL: "prefill", _lib.SEGMENT_DECODE: "decode"}
 
 
-class RecordedRequest(TypedDict):
-    """A request of the trace (its requests table), with the step it was first scheduled at."""
+class _Request(TypedDict):
+    """What a recorded request and a replayed one share: its id, prompt and sampling."""
     id: int
     prompt: list[int]
     max_tokens: int
@@ -64,20 +64,16 @@ class RecordedRequest(TypedDict):
     top_p: float
     seed: int
     stop_at_eos: bool
+
+
+class RecordedRequest(_Request):
+    """A request of the trace (its requests table), with the step it was first scheduled at."""
     arrival_step: int
     first_step: int
 
 
-class ReplayRequest(TypedDict):
+class ReplayRequest(_Request):
     """A request as the engine worker submits it: just before engine step `step`."""
-    id: int
-    prompt: list[int]
-    max_tokens: int
-    temperature: float
-    top_k: int
-    top_p: float
-    seed: int
-    stop_at_eos: bool
     step: int
 
 

@@ -152,7 +152,7 @@ def _patch_shutdown() -> None:
     process tree. With vLLM's default request timeout (0) the wait is 0 s and the worker is
     killed before it can close its trace. While recording the wait is at least
     $LLMRR_VLLM_SHUTDOWN_GRACE seconds (5): the engine core stops its workers, each closes
-    its trace from its exit finalizer (a few hundred ms) and the kill finds nothing left."""
+    its trace from its exit finalizer, and the kill finds nothing left to close."""
     try:
         grace = float(os.environ.get(ENV_SHUTDOWN_GRACE, "5"))
     except ValueError:
@@ -168,20 +168,20 @@ def _patch_shutdown() -> None:
               "worker before the trace is closed" % e)
         return
     orig = getattr(utils, "shutdown", None)
-    if orig is None or getattr(orig, "_llmrr", False):
+    if orig is None:
+        _warn("vllm.v1.utils has no shutdown: a stopped server may kill its worker before "
+              "the trace is closed")
         return
 
     def shutdown(procs: Any, timeout: float | None = None) -> Any:
         return orig(procs, timeout=max(grace, timeout or 0.0))
 
-    shutdown._llmrr = True  # type: ignore[attr-defined]
-    # Callers bind it by name: patch it where they took it too.
-    for name in ("vllm.v1.utils", "vllm.v1.engine.utils", "vllm.v1.engine.coordinator"):
-        try:
-            mod = importlib.import_module(name)
-        except Exception:  # noqa: BLE001
-            continue
-        if getattr(mod, "shutdown", None) is orig:
+    # Callers bind it by name (`from vllm.v1.utils import shutdown`): a module imported from
+    # now on takes the patched one; one imported already is patched where it took it.
+    setattr(utils, "shutdown", shutdown)  # noqa: B010
+    for name in ("vllm.v1.engine.utils", "vllm.v1.engine.coordinator"):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "shutdown", None) is orig:
             setattr(mod, "shutdown", shutdown)  # noqa: B010
 
 
