@@ -1,5 +1,6 @@
 """llama-server under `llmrr record-llamacpp`, stopped as an operator stops a server, with a
-completion still generating: SIGINT to llmrr (which passes it on, and again 3 s later), and
+completion still generating: SIGINT to llmrr (which passes it on, and again 3 s later if the
+server still runs), and
 separately SIGTERM to llama-server itself. Through llmrr the whole process tree ends within
 10 s (past llmrr, llama-server waits on the open stream for its own 30 s). Each time the trace
 at -o is closed (a footer, `llmrr verify` passes) and holds every step that ran: every token
@@ -160,10 +161,15 @@ class SigintToLlmrr(Stopped, unittest.TestCase):
     TARGET = "llmrr"
 
     def test_llmrr_passed_the_signal_on_again(self):
-        # llama-server waits on the open stream at a first SIGINT; record-llamacpp sends it
-        # again 3 s later, which llama-server takes as "exit now" (exit status 1).
-        self.assertIn("sending it again", self.r["log"])
-        self.assertIn(self.r["rc"], (0, 1, 130), self.r["log"][-3000:])
+        # llama-server may wait on the open stream at a first SIGINT (or cancel it and leave
+        # at once: it depends on where its HTTP thread is); when it still runs 3 s later,
+        # record-llamacpp sends SIGINT again, which llama-server takes as "exit now" (exit
+        # status 1). (tests/record_child checks the resend itself on a program that always
+        # waits for a second signal.)
+        resent = "sending it again" in self.r["log"]
+        if self.r["stop_s"] > 3.5:
+            self.assertTrue(resent, self.r["log"][-3000:])
+        self.assertIn(self.r["rc"], (0, 1, 130) if resent else (0, 130), self.r["log"][-3000:])
 
 
 class SigtermToServer(Stopped, unittest.TestCase):

@@ -3,7 +3,8 @@
  * shared LLMRR_CAPTURE / LLMRR_TOP_K, and records one request's decode steps every 5 ms until
  * SIGINT, SIGTERM or SIGHUP, or until it has recorded argv[2] steps; then it closes the trace and
  * exits 0. After the first step it creates the file argv[3] (the test waits for it). With
- * argv[4] = "hang" it ignores them (a runtime that will not stop). */
+ * argv[4] = "hang" it ignores them (a runtime that will not stop); with "second" it stops
+ * only at the second one (as llama-server, which waits on its open streams at a first). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,11 @@
 #include "llmrr/recorder.h"
 
 static volatile sig_atomic_t stop = 0;
-static void on_signal(int sig) { stop = sig; }
+static volatile sig_atomic_t signals_seen = 0;
+static int signals_to_stop = 1;
+static void on_signal(int sig) {
+  if (++signals_seen >= signals_to_stop) stop = sig;
+}
 
 int main(int argc, char** argv) {
   if (argc < 4) {
@@ -28,6 +33,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const int hang = argc > 4 && strcmp(argv[4], "hang") == 0;
+  if (argc > 4 && strcmp(argv[4], "second") == 0) signals_to_stop = 2;
   signal(SIGINT, hang ? SIG_IGN : on_signal);
   signal(SIGTERM, hang ? SIG_IGN : on_signal);
   signal(SIGHUP, hang ? SIG_IGN : on_signal);
@@ -80,6 +86,7 @@ int main(int argc, char** argv) {
     nanosleep(&ts, NULL);
   }
   const int rc = llmrr_recorder_close(rec);
-  if (stop) fprintf(stderr, "fake_runtime: stopped by signal %d\n", (int)stop);
+  if (stop)
+    fprintf(stderr, "fake_runtime: stopped by signal %d (%d seen)\n", (int)stop, (int)signals_seen);
   return rc == LLMRR_OK ? 0 : 3;
 }

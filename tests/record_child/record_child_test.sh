@@ -85,6 +85,28 @@ grep -q "no trace written" "$work/wrong.err" || fail "no 'no trace written': $(c
 [ -e "$work/wrong.trace" ] && fail "record-llamacpp left a -o without a trace"
 ls "$work" | grep -q "wrong.trace.partial" && fail "a partial file is left after no trace"
 
+# A program that stops only at a second signal (llama-server waits on its open streams at a
+# first): record-llamacpp sends it again 3 s after the first, the program closes its trace.
+t="$work/second.trace"
+LLMRR_LLAMACPP_SHIM=$shim "$llmrr" record-llamacpp -o "$t" -- "$fake" LLAMACPP 100000 \
+  "$work/second.ready" second >/dev/null 2>"$t.err" &
+pid=$!
+wait_for "$work/second.ready" 20 || fail "second: the program never recorded a step: $(cat "$t.err")"
+sleep 0.2
+start=$(date +%s)
+kill -INT "$pid"
+wait_exit "$pid" 10
+rc=$?
+took=$(($(date +%s) - start))
+[ "$rc" -eq 0 ] || fail "record-llamacpp around a program that stops at a second SIGINT: exit $rc after ${took}s: $(cat "$t.err")"
+[ "$took" -ge 2 ] || fail "second: it ended after ${took}s, before the 3 s grace: $(cat "$t.err")"
+grep -q "still running 3000 ms after SIGINT: sending it again" "$t.err" ||
+  fail "second: record-llamacpp did not say it sent SIGINT again: $(cat "$t.err")"
+grep -q "fake_runtime: stopped by signal 2 (2 seen)" "$t.err" ||
+  fail "second: the program did not see two SIGINTs: $(cat "$t.err")"
+"$llmrr" verify "$t" 2>&1 | grep -q "complete" || fail "second: $t is not a whole trace"
+echo "record-llamacpp around a program that stops at a second SIGINT: exit $rc in ${took}s"
+
 # An earlier -o stays whole until a whole trace replaces it; kill -9 of the recording command
 # (and of its program) leaves -o as it was and the partial file as a readable prefix.
 old="$work/old.trace"
