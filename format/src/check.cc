@@ -129,6 +129,9 @@ std::string SemanticChecker::check_step(const StepRecord& s, int64_t blob_count)
       return where() + "top_p: expected a value in [0, 1], found " + std::to_string(r.top_p);
     if (r.top_k < 0) return where() + "top_k: expected >= 0, found " + num(r.top_k);
     if (r.max_tokens < 0) return where() + "max_tokens: expected >= 0, found " + num(r.max_tokens);
+    if (!r.carried && !r.history.empty())
+      return where() + "history: expected none for a request that was not carried (" +
+             unum(r.history.size()) + " tokens)";
   }
   auto live = [&](uint64_t id) {
     if (arrives(id)) return true;

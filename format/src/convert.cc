@@ -164,6 +164,8 @@ void ChunkBuilder::add_step(const StepRecord& s, KindCounters* kc) {
     for (const RequestRecord& r : s.arrivals) {
       auto prompt = fbb_.CreateVector(r.prompt);
       auto label = opt_string(fbb_, r.label);
+      fbs::Offset<fbs::Vector<int32_t>> history;
+      if (!r.history.empty()) history = fbb_.CreateVector(r.history);
       fb::RequestBuilder b(fbb_);
       b.add_id(r.id);
       b.add_prompt(prompt);
@@ -175,6 +177,8 @@ void ChunkBuilder::add_step(const StepRecord& s, KindCounters* kc) {
       b.add_arrival_step(r.arrival_step);
       b.add_stop_at_eos(r.stop_at_eos);
       if (!r.label.empty()) b.add_label(label);
+      if (r.carried) b.add_carried(true);
+      if (!r.history.empty()) b.add_history(history);
       v.push_back(b.Finish());
     }
     arrivals = fbb_.CreateVector(v);
@@ -559,6 +563,7 @@ void build_footer(const FooterFields& f, std::vector<uint8_t>* out) {
     b.add_generated(r.generated);
     b.add_reason(static_cast<fb::FinishReason>(r.reason));
     if (!r.label.empty()) b.add_label(label);
+    if (r.carried) b.add_carried(true);
     reqs.push_back(b.Finish());
   }
   auto requests = fbb.CreateVector(reqs);

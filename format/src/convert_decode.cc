@@ -207,6 +207,7 @@ void decode_footer(const fb::Footer* f, FooterFields* out) {
       s.generated = r->generated();
       s.reason = static_cast<FinishReason>(r->reason());
       s.label = str(r->label());
+      s.carried = r->carried();
       out->requests.push_back(std::move(s));
     }
   }
@@ -314,7 +315,8 @@ std::string ChunkDecoder::decode(size_t i, StepRecord* out, bool skip_payload) {
     out->arrivals.resize(v->size());
     for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) {
       const fb::Request* r = v->Get(k);
-      LLMRR_TAKE(16 + 4 * uint64_t{r->prompt()->size()} + (r->label() ? r->label()->size() : 0));
+      LLMRR_TAKE(16 + 4 * uint64_t{r->prompt()->size()} + (r->label() ? r->label()->size() : 0) +
+                 (r->history() ? 4 * uint64_t{r->history()->size()} : 0));
       RequestRecord& x = out->arrivals[k];
       x.id = r->id();
       x.prompt.assign(r->prompt()->begin(), r->prompt()->end());
@@ -326,6 +328,9 @@ std::string ChunkDecoder::decode(size_t i, StepRecord* out, bool skip_payload) {
       x.arrival_step = r->arrival_step();
       x.stop_at_eos = r->stop_at_eos();
       x.label = str(r->label());
+      x.carried = r->carried();
+      if (const auto* h = r->history()) x.history.assign(h->begin(), h->end());
+      else x.history.clear();
     }
   } else {
     out->arrivals.clear();

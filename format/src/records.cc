@@ -206,6 +206,7 @@ RequestSummary arrival_summary(const RequestRecord& r, int64_t step) {
   sum.prompt_len = static_cast<int32_t>(r.prompt.size());
   sum.prompt_hash = prompt_hash(r.prompt);
   sum.label = r.label;
+  sum.carried = r.carried;
   return sum;
 }
 

@@ -1,5 +1,6 @@
 #include "llmrr/recording/step_recorder.h"
 
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -124,8 +125,24 @@ Result<std::unique_ptr<StepRecorder>> StepRecorder::open(const std::string& path
     }
   }
 
-  ASSIGN_OR_RETURN(rec->writer_, trace::TraceWriter::open(path, options.writer));
+  if (options.ring.enabled()) {
+    RETURN_IF_ERROR(rec->open_ring(header));
+    ASSIGN_OR_RETURN(rec->writer_,
+                     trace::TraceWriter::open(rec->current_segment_.path, options.writer));
+  } else {
+    ASSIGN_OR_RETURN(rec->writer_, trace::TraceWriter::open(path, options.writer));
+  }
   RETURN_IF_ERROR(rec->writer_->append_run_header(header));
+  if (!options.snapshot.trigger.empty()) {
+    // A trigger already there when recording starts asks for nothing: only a change does.
+    struct stat st {};
+    if (::stat(options.snapshot.trigger.c_str(), &st) == 0) {
+      rec->trigger_seen_.exists = true;
+      rec->trigger_seen_.ino = st.st_ino;
+      rec->trigger_seen_.size = static_cast<uint64_t>(st.st_size);
+      rec->trigger_seen_.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+    }
+  }
   if (options.background) {
     try {
       StepRecorder* r = rec.get();
@@ -402,7 +419,8 @@ void StepRecorder::end_step() {
 bool StepRecorder::help(const IdleSignal& signal) {
   // With a core of its own the recorder's thread does the work at no cost to the engine.
   if (own_core_ || !pipelined()) return false;
-  if (!idle_lent_.load(std::memory_order_relaxed) &&
+  // With a ring the writer is replaced at each rotation: only the recording side helps.
+  if (!ring_on() && !idle_lent_.load(std::memory_order_relaxed) &&
       !idle_lent_.exchange(true, std::memory_order_relaxed)) {
     // From now on the writer's compression waits for this kind of help too.
     writer_->defer_wakes(true);
@@ -417,7 +435,7 @@ bool StepRecorder::help(const IdleSignal& signal) {
   // Compressing a chunk cannot stop half way: start it only while the engine has no job.
   // (Completing a step is not stopped half way either: leaving the rest to the engine's
   // thread at the next step's end measured worse than finishing it.)
-  return !signal.job_waiting() && writer_->help();
+  return !ring_on() && !signal.job_waiting() && writer_->help();
 }
 
 bool StepRecorder::take_in_flight(std::unique_lock<std::mutex>& lk) {
@@ -531,13 +549,22 @@ void StepRecorder::complete_and_append(internal::StepSlot& slot) {
         xor_blobs += reference_hits_ - before;
       }
     }
+    carry_in(&step);
     Status st = writer_->append_step(step);
     if (!st.ok()) {
       fail(st.with_context("step " + std::to_string(step.step) + ": "));
       return;
     }
+    if (ring_on() || !options_.snapshot.trigger.empty()) {
+      st = after_append(step);
+      if (!st.ok()) {
+        fail(st.with_context("flight recorder, after step " + std::to_string(step.step) + ": "));
+        return;
+      }
+    }
     // The writer is this thread's while steps flow; others read its size from stats_.
-    const uint64_t file_bytes = writer_->stats().file_bytes;
+    uint64_t file_bytes = writer_->stats().file_bytes;
+    for (const RingSegment& s : segments_) file_bytes += s.bytes;
     std::lock_guard<std::mutex> lk(mu_);
     stats_.file_bytes = file_bytes;
     ++stats_.steps;
@@ -611,9 +638,11 @@ Status StepRecorder::close() {
     closed_ = true;
     if (!lossy_reason_.empty()) writer_->mark_lossy(lossy_reason_);
   }
-  Status st = writer_->close();
+  Status st = ring_on() ? finish_ring() : writer_->close();
   std::lock_guard<std::mutex> lk(mu_);
   stats_.file_bytes = writer_->stats().file_bytes;
+  if (struct stat joined {}; ring_on() && ::stat(path_.c_str(), &joined) == 0)
+    stats_.file_bytes = static_cast<uint64_t>(joined.st_size);
   if (status_.ok() && !st.ok()) status_ = st;
   return status_;
 }

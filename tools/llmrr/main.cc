@@ -39,6 +39,8 @@ const char* describe(std::string_view name) {
       {"report", "write a self-contained HTML report of one trace or of two runs' split"},
       {"pack", "bundle traces (optionally redacted to one request) into a shareable file"},
       {"unpack", "extract a bundle written by llmrr pack"},
+      {"cut", "cut one request's life out of a trace (a served run) into a slice"},
+      {"join", "join a flight recorder's segments (parts of one run) into one trace"},
       {"export", "export a trace to Perfetto / Chrome trace JSON or to .npy files"},
   };
   for (const auto& [n, line] : kLines) {

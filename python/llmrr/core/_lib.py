@@ -16,7 +16,7 @@ import os
 from typing import Any, Iterator
 
 LIB_NAME = "libllmrr_recorder_c.so"
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 OK = 0
 E_INVALID_ARGUMENT = 120
@@ -61,6 +61,9 @@ class Config(ctypes.Structure):
         ("sync_on_close", ctypes.c_int32),
         ("fingerprint", ctypes.c_char_p),
         ("inline_steps", ctypes.c_int32),
+        ("ring", ctypes.c_char_p),              # ABI 4: the flight recorder
+        ("snapshot_trigger", ctypes.c_char_p),
+        ("snapshot_output", ctypes.c_char_p),
     ]
 
 

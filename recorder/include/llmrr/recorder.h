@@ -62,7 +62,7 @@
 extern "C" {
 #endif
 
-#define LLMRR_RECORDER_ABI_VERSION 3 /* 2: mark_lossy, discard_step; 3: config_init_sized */
+#define LLMRR_RECORDER_ABI_VERSION 4 /* 2: mark_lossy, discard_step; 3: config_init_sized; 4: ring, snapshots */
 
 #if defined(__GNUC__)
 #define LLMRR_API __attribute__((visibility("default")))
@@ -160,6 +160,16 @@ typedef struct llmrr_recorder_config {
    * there a background thread takes a core from one of them at every step, and a parallel
    * region waits for its slowest thread. */
   int32_t inline_steps;
+  /* ABI 4, the flight recorder (the library reads $LLMRR_RING, $LLMRR_SNAPSHOT_TRIGGER and
+   * $LLMRR_SNAPSHOT_OUTPUT for any left NULL, so every runtime's recorder takes them):
+   * ring: keep only the last steps, a size ("64M") or a duration ("10min"): the trace is
+   * written as segments in <path>.ring/ and joined into <path> at close, the requests alive
+   * carried into each segment. NULL or "": the whole run.
+   * snapshot_trigger: a file; whenever it appears or changes (touch it), a closed snapshot
+   * of what is kept goes to <snapshot_output or path>.snapshot-N, recording goes on. */
+  const char* ring;
+  const char* snapshot_trigger;
+  const char* snapshot_output;
 } llmrr_recorder_config;
 
 /* One request (a prompt and its sampling parameters). */

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -182,6 +183,18 @@ int llmrr_recorder_open(const char* path, const llmrr_recorder_config* config,
     o.writer.zstd_level = c.zstd_level;
     o.writer.sync_on_close = c.sync_on_close != 0;
     o.background = c.inline_steps == 0;
+    auto setting = [](const char* field, const char* env) {
+      if (field != nullptr) return std::string(field);
+      const char* v = std::getenv(env);
+      return std::string(v != nullptr ? v : "");
+    };
+    if (const std::string ring = setting(c.ring, "LLMRR_RING"); !ring.empty()) {
+      llmrr::Result<llmrr::recording::RingOptions> r = llmrr::recording::parse_ring(ring);
+      if (!r.ok()) return bad(r.status().message());
+      o.ring = *r;
+    }
+    o.snapshot.trigger = setting(c.snapshot_trigger, "LLMRR_SNAPSHOT_TRIGGER");
+    o.snapshot.output = setting(c.snapshot_output, "LLMRR_SNAPSHOT_OUTPUT");
     llmrr::Result<std::unique_ptr<llmrr::recording::StepRecorder>> rec =
         llmrr::recording::StepRecorder::open(path, std::move(h), o);
     if (!rec.ok()) {

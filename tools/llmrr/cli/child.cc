@@ -1,5 +1,7 @@
 #include "cli/child.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -10,8 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 
 #include "cli/cli.h"
+#include "llmrr/format/splice.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/safeio/output.h"
 
@@ -69,6 +73,19 @@ constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
 volatile sig_atomic_t g_child = 0;
 volatile sig_atomic_t g_signal = 0;  // the last signal that came (forwarded or not)
 
+char g_trigger[4096] = {0};  // Child::snapshot_trigger, for on_usr1
+
+void on_usr1(int) {
+  const int saved = errno;
+  const int fd = ::open(g_trigger, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    // A line more: the file's size changes, whatever the clock's granularity.
+    [[maybe_unused]] const ssize_t n = ::write(fd, "snapshot\n", 9);
+    ::close(fd);
+  }
+  errno = saved;
+}
+
 void forward(int sig, siginfo_t* info, void*) {
   g_signal = sig;
   // From the terminal (SI_KERNEL: the tty sent it to the foreground process group, the
@@ -109,7 +126,18 @@ Result<int> run_child(const char* tool, Child c) {
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < 3; ++i) ::sigaction(kForwarded[i], &sa, &old_actions[i]);
   }
+  const bool take_usr1 = !c.snapshot_trigger.empty() && c.snapshot_trigger.size() < sizeof g_trigger;
+  struct sigaction old_usr1 {};
+  if (take_usr1) {
+    std::memcpy(g_trigger, c.snapshot_trigger.c_str(), c.snapshot_trigger.size() + 1);
+    struct sigaction sa {};
+    sa.sa_handler = on_usr1;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGUSR1, &sa, &old_usr1);
+  }
   auto restore = [&] {
+    if (take_usr1) ::sigaction(SIGUSR1, &old_usr1, nullptr);
     if (!c.forward_signals) return;
     g_child = 0;
     g_signal = 0;
@@ -124,6 +152,7 @@ Result<int> run_child(const char* tool, Child c) {
     return make_error(ErrorCode::kIo, std::string("fork: ") + std::strerror(e));
   }
   if (child == 0) {
+    if (take_usr1) ::signal(SIGUSR1, SIG_DFL);
     if (c.forward_signals) {
       for (int s : kForwarded) ::signal(s, SIG_DFL);
       ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
@@ -191,6 +220,34 @@ int exec_program(const char* tool, std::vector<std::string> argv) {
   return 2;
 }
 
+void recover_ring(const char* tool, const std::string& trace) {
+  const std::string dir = trace + ".ring";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> parts;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("seg-", 0) == 0 && name.size() > 10 &&
+        name.compare(name.size() - 6, 6, ".trace") == 0)
+      parts.push_back(dir + "/" + name);
+  }
+  ::closedir(d);
+  std::sort(parts.begin(), parts.end());  // seg-NNNNNN: in recording order
+  if (parts.empty() || has_bytes(trace)) return;
+  Result<trace::SpliceReport> joined =
+      trace::join_traces(parts, trace, "flight recorder: the recording was stopped before it "
+                                       "closed; its ring's segments were joined by llmrr");
+  if (!joined.ok()) {
+    std::fprintf(stderr, "llmrr %s: %s: the flight recorder's segments could not be joined (%s); "
+                 "they are kept\n", tool, dir.c_str(), joined.status().to_string().c_str());
+    return;
+  }
+  for (const std::string& p : parts) ::unlink(p.c_str());
+  ::rmdir(dir.c_str());
+  std::fprintf(stderr, "llmrr %s: joined %zu flight-recorder segment(s) left by the program "
+               "(%lld steps)\n", tool, parts.size(), static_cast<long long>(joined->steps));
+}
+
 Result<std::string> summarize_steps(const std::string& path) {
   auto r = trace::TraceReader::open(path);
   if (!r.ok()) return r.status();
@@ -234,9 +291,12 @@ int record_child(const RecordedChild& spec) {
   child.argv = spec.command;
   child.in_child = [&] { spec.environment(written); };
   child.repeat_signal_after_ms = spec.repeat_signal_after_ms;
+  child.snapshot_trigger = spec.snapshot_trigger;
   Result<int> ran = run_child(tool, std::move(child));
   if (!ran.ok()) return report(tool, ran.status());
   const int code = *ran;
+  if (!spec.snapshot_trigger.empty()) ::unlink(spec.snapshot_trigger.c_str());
+  recover_ring(tool, written);
   // The partial file was created empty: nothing in it means no trace (it is removed).
   if (code == 127 && !has_bytes(written)) return 127;
   if (!has_bytes(written)) {

@@ -30,6 +30,10 @@ struct Child {
   // open connections at a first SIGINT / SIGTERM takes a second one as "exit now" through
   // exit() (llama-server), which runs the recorder's exit hooks: the trace is closed.
   int repeat_signal_after_ms = 0;
+  // Non-empty: SIGUSR1 sent to this process appends a line to this file (the flight
+  // recorder's snapshot trigger, which the child's recorder watches) instead of being
+  // passed on.
+  std::string snapshot_trigger;
 };
 
 // "SIGINT", "SIGTERM" or "SIGHUP" (the signals a recording is stopped by), else "a signal".
@@ -61,6 +65,8 @@ struct RecordedChild {
   std::function<Result<std::string>(const std::string& path)> summarize;
   // Child::repeat_signal_after_ms for the program (0: a signal is passed on once).
   int repeat_signal_after_ms = 0;
+  // Child::snapshot_trigger ("": SIGUSR1 is not taken).
+  std::string snapshot_trigger;
 };
 
 // The -o policy of every recording command: a FIFO or a device as -o is refused (exit 2); the
@@ -69,8 +75,13 @@ struct RecordedChild {
 // then and a stale one is never taken for this run's; a trace that does not read is kept
 // under its partial name and -o left as it was; after kill -9 of this command the partial
 // file is the readable prefix. Returns the program's exit status (128 + signal if killed),
-// or 2 / 3 when no trace could be written or read.
+// or 2 / 3 when no trace could be written or read. A flight recorder's segments left by a
+// program that was killed (<partial>.ring/) are joined into the trace first.
 int record_child(const RecordedChild& spec);
+
+// A flight recorder's segments at <trace>.ring/ (a program killed before its recorder joined
+// them): joined into `trace` when it is empty, then removed; said on stderr. No-op otherwise.
+void recover_ring(const char* tool, const std::string& trace);
 
 // The default summary line of a trace of engine steps (record-vllm, record-llamacpp).
 Result<std::string> summarize_steps(const std::string& path);

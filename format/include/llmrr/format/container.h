@@ -36,7 +36,9 @@ inline constexpr uint16_t kFormatMajor = 1;
 // llmrr.torch / llmrr.vllm, computed on the tensor's device).
 // 1.3: codec kColumnZstd for step chunks: fingerprints and top-K logits moved into byte-plane
 // columns after the FlatBuffer (format/src/columns.h); the FlatBuffer schema is unchanged.
-inline constexpr uint16_t kFormatMinor = 3;
+// 1.4: Request.carried / history and RequestSummary.carried: requests carried into a trace cut
+// from a longer run (the flight recorder's ring, llmrr cut).
+inline constexpr uint16_t kFormatMinor = 4;
 
 inline constexpr unsigned char kFileMagic[8] = {0x89, 'L', 'L', 'M', 'R', 'R', '\r', '\n'};
 inline constexpr unsigned char kFrameMagic[4] = {'L', 'R', 'F', 'M'};

@@ -59,6 +59,7 @@
 #include "llmrr/format/status.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/format/trace_writer.h"
+#include "llmrr/recording/ring.h"
 #include "llmrr/recording/views.h"
 
 namespace llmrr::recording {
@@ -86,6 +87,11 @@ struct Options {
   // on the producer's thread in end_step. Both write the same records; inline is for
   // measuring the difference, and the fallback when no thread can be started.
   bool background = true;
+  // The flight recorder (ring.h): keep only the last steps within this bound, in segments
+  // joined into the trace at close. Off by default.
+  RingOptions ring;
+  // Closed snapshots on a trigger file, without stopping (ring.h). Off by default.
+  SnapshotOptions snapshot;
   // Print the first recording error to stderr ("the trace is lossy") when it stops
   // recording. llmrr record turns it off: it reports the error itself, and removes the
   // trace instead of keeping it lossy.
@@ -104,6 +110,9 @@ struct Stats {
   int64_t inline_steps = 0;
   // Steps the producer's idle workers completed (help).
   int64_t idle_steps = 0;
+  // The flight recorder: snapshots written, steps its ring dropped so far.
+  int64_t snapshots = 0;
+  int64_t ring_dropped_steps = 0;
 };
 
 // What a lent idle worker is asked before it starts a long piece of work: does its owner
@@ -148,8 +157,9 @@ class StepRecorder {
   // work. Never blocks on the producer.
   bool help(const IdleSignal& signal);
 
-  // Writes the footer and closes the file. Returns the first error seen while recording
-  // (the trace is then marked lossy) or the close error. Idempotent.
+  // Writes the footer and closes the file (with a ring: joins the segments kept into the
+  // trace's path). Returns the first error seen while recording (the trace is then marked
+  // lossy) or the close error. Idempotent.
   Status close();
 
   // Marks the trace lossy without stopping: records the producer meant to write were
@@ -242,6 +252,46 @@ class StepRecorder {
   std::map<std::pair<uint64_t, int32_t>, int64_t> reference_blobs_;
   std::vector<uint8_t> reference_bytes_;
   int64_t reference_hits_ = 0;  // blobs stored as XOR against the reference
+
+  // --- the flight recorder (flight.cc; the recorder's side only) ---
+  struct RingSegment {
+    std::string path;
+    uint64_t bytes = 0;
+    int64_t first_step = -1, last_step = -1;
+    std::chrono::steady_clock::time_point ended;
+  };
+  struct TriggerId {
+    bool exists = false;
+    uint64_t ino = 0, size = 0;
+    int64_t mtime_ns = 0;
+    bool operator==(const TriggerId&) const = default;
+  };
+  bool ring_on() const { return options_.ring.enabled(); }
+  // Opens the ring's folder and its first segment (writer_), at open.
+  Status open_ring(const trace::RunHeader& header);
+  // Before a step is appended: the requests alive at a rotation are carried into it.
+  void carry_in(trace::StepRecord* step);
+  // After a step was appended: the requests' lives, a rotation when the segment is full,
+  // a snapshot when the trigger changed.
+  Status after_append(const trace::StepRecord& step);
+  Status rotate();
+  Status take_snapshot();
+  // At close: the current segment closed, the segments kept joined into path_.
+  Status finish_ring();
+  std::string ring_reason() const;
+  trace::RunHeader header_;
+  std::string ring_dir_;
+  std::vector<RingSegment> segments_;  // closed and kept, oldest first
+  RingSegment current_segment_;
+  int64_t segment_index_ = 0;
+  std::chrono::steady_clock::time_point segment_began_;
+  int64_t dropped_steps_ = 0;
+  int64_t first_kept_step_ = -1;
+  std::map<uint64_t, trace::RequestRecord> alive_;  // arrived, not finished (ring only)
+  bool carry_pending_ = false;
+  TriggerId trigger_seen_;
+  std::chrono::steady_clock::time_point next_trigger_check_;
+  int64_t snapshots_ = 0;
 };
 
 // The parts of a run header the recorder can fill on its own: tool version, creation time,

@@ -78,6 +78,7 @@ int record(int argc, char** argv) {
   spec.tool = "record-llamacpp";
   spec.output = o.out;
   spec.command = o.command;
+  spec.snapshot_trigger = snapshot_trigger(o);
   // llama-server waits on its open connections at a first SIGINT / SIGTERM (a streamed
   // completion held it 30 s); a second one exits at once through exit(), where the shim
   // closes the trace.

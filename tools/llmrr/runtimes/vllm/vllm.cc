@@ -51,6 +51,7 @@ int record(int argc, char** argv) {
   spec.tool = "record-vllm";
   spec.output = o.out;
   spec.command = o.command;
+  spec.snapshot_trigger = snapshot_trigger(o);
   spec.rank_files = true;
   spec.no_trace_hint =
       "the program ran no vLLM model step, or its Python lacks the llmrr package (pip install "

@@ -1,0 +1,236 @@
+// join_traces and cut_request (llmrr/format/splice.h): both walk their inputs' frames in
+// file order (so a blob is copied before the step that names it, and kernel records keep
+// their place) and hand each kept step to a Splicer, which carries in the requests alive
+// before the first kept step and renumbers blobs.
+#include "llmrr/format/splice.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "llmrr/format/trace_reader.h"
+
+namespace llmrr::trace {
+namespace {
+
+class Splicer {
+ public:
+  explicit Splicer(TraceWriter* writer, SpliceReport* report) : w_(writer), rep_(report) {}
+
+  // A step before the kept range: only what it says of the requests' lives is kept.
+  void observe(const StepRecord& s) {
+    for (const RequestRecord& r : s.arrivals) {
+      if (alive_.count(r.id)) continue;  // a carried duplicate
+      alive_[r.id] = r;
+      order_.push_back(r.id);
+    }
+    for (const TokenRecord& t : s.tokens) {
+      auto it = alive_.find(t.request);
+      if (it != alive_.end()) it->second.history.push_back(t.token);
+    }
+    for (const FinishRecord& f : s.finishes) alive_.erase(f.request);
+  }
+
+  // A kept step: appended, the alive requests carried into the first one, blob ids mapped
+  // through `blobs` (this input's id -> the output's).
+  Status emit(StepRecord& s, const std::unordered_map<int64_t, int64_t>& blobs) {
+    std::vector<RequestRecord> arrivals;
+    if (rep_->steps == 0) {
+      for (uint64_t id : order_) {
+        auto it = alive_.find(id);
+        if (it == alive_.end()) continue;
+        RequestRecord r = it->second;
+        r.carried = true;
+        arrivals.push_back(std::move(r));
+      }
+    }
+    for (RequestRecord& r : s.arrivals) {
+      if (r.carried && (known_.count(r.id) || alive_.count(r.id))) continue;  // known already
+      arrivals.push_back(std::move(r));
+    }
+    for (const RequestRecord& r : arrivals) {
+      known_.insert(r.id);
+      ++rep_->requests;
+      if (r.carried) ++rep_->carried;
+    }
+    s.arrivals = std::move(arrivals);
+    for (LogitsRecord& l : s.logits) {
+      if (l.blob < 0) continue;
+      auto it = blobs.find(l.blob);
+      l.blob = it == blobs.end() ? -1 : it->second;
+    }
+    RETURN_IF_ERROR(w_->append_step(s).with_context("step " + std::to_string(s.step) + ": "));
+    if (rep_->steps == 0) rep_->first_step = s.step;
+    rep_->last_step = s.step;
+    ++rep_->steps;
+    rep_->tokens += static_cast<int64_t>(s.tokens.size());
+    // The requests of this step are known now: later carried copies are dropped.
+    for (const FinishRecord& f : s.finishes) alive_.erase(f.request);
+    return Status::Ok();
+  }
+
+ private:
+  TraceWriter* w_;
+  SpliceReport* rep_;
+  std::map<uint64_t, RequestRecord> alive_;  // observed, not finished, not yet emitted
+  std::vector<uint64_t> order_;              // arrival order of alive_'s requests
+  std::set<uint64_t> known_;                 // arrived in the output
+};
+
+// Copies the frames of `r` whose steps `keep` selects into `w` through `sp`; steps before
+// the range are observed. Blobs are copied when their step is kept.
+template <typename Keep, typename Before>
+Status copy_frames(const TraceReader& r, TraceWriter* w, Splicer* sp, SpliceReport* rep,
+                   Keep keep, Before before) {
+  std::unordered_map<int64_t, int64_t> blobs;
+  StepRecord step;
+  std::vector<uint8_t> bytes;
+  std::vector<KernelRecord> kernels;
+  const std::vector<FrameInfo>& frames = r.frames();
+  for (size_t f = 0; f < frames.size(); ++f) {
+    const FrameInfo& fi = frames[f];
+    if (fi.kind == FrameKind::kStepChunk) {
+      StepCursor cur = r.steps(fi.first, fi.last);
+      for (;;) {
+        ASSIGN_OR_RETURN(bool got, cur.next(&step));
+        if (!got) break;
+        if (keep(step.step)) {
+          RETURN_IF_ERROR(sp->emit(step, blobs));
+        } else if (before(step.step)) {
+          sp->observe(step);
+        }
+      }
+    } else if (fi.kind == FrameKind::kTensorBlob) {
+      ASSIGN_OR_RETURN(BlobInfo info, r.blob_info(fi.first));
+      if (!keep(info.step)) continue;
+      if (info.xor_coded) {
+        return make_error(ErrorCode::kUnsupported,
+                          r.path() + ": blob " + std::to_string(info.id) +
+                              " is stored XOR-coded against trace " + info.reference_trace +
+                              ", which this copy cannot decode; record without --reference");
+      }
+      RETURN_IF_ERROR(r.read_blob(info.id, &bytes));
+      BlobSpec spec;
+      spec.dtype = info.dtype;
+      spec.shape = info.shape;
+      spec.data = bytes.data();
+      spec.bytes = bytes.size();
+      spec.name = info.name;
+      spec.step = info.step;
+      spec.site = info.site;
+      spec.request = info.request;
+      ASSIGN_OR_RETURN(int64_t id, w->append_blob(spec));
+      blobs[info.id] = id;
+      ++rep->blobs;
+    } else if (fi.kind == FrameKind::kKernelRecords) {
+      RETURN_IF_ERROR(r.read_kernels(static_cast<int64_t>(f), &kernels));
+      kernels.erase(std::remove_if(kernels.begin(), kernels.end(),
+                                   [&](const KernelRecord& k) {
+                                     return k.step >= 0 && !keep(k.step);
+                                   }),
+                    kernels.end());
+      if (!kernels.empty()) RETURN_IF_ERROR(w->append_kernels(kernels));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SpliceReport> join_traces(const std::vector<std::string>& parts, const std::string& out,
+                                 const std::string& lossy_reason, WriterOptions options) {
+  if (parts.empty()) return make_error(ErrorCode::kInvalidArgument, "join: no traces to join");
+  std::vector<std::unique_ptr<TraceReader>> readers;
+  for (const std::string& p : parts) {
+    ASSIGN_OR_RETURN(std::unique_ptr<TraceReader> r, TraceReader::open(p));
+    if (!readers.empty() && r->run_header().run_id != readers[0]->run_header().run_id) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        p + ": run id " + r->run_header().run_id + ", expected " +
+                            readers[0]->run_header().run_id + " (" + parts[0] +
+                            "): the traces are not parts of one run");
+    }
+    readers.push_back(std::move(r));
+  }
+  SpliceReport rep;
+  std::string reason = lossy_reason;
+  for (const auto& r : readers) {
+    if (!r->complete()) rep.incomplete_input = true;
+    if (reason.empty() && r->lossy()) reason = r->lossy_reason();
+  }
+  if (rep.incomplete_input && reason.empty())
+    reason = "recovered: a part of the recording had no footer (the recording was killed); "
+             "its steps up to the last whole frame are here";
+  ASSIGN_OR_RETURN(std::unique_ptr<TraceWriter> w, TraceWriter::open(out, options));
+  RETURN_IF_ERROR(w->append_run_header(readers[0]->run_header()));
+  Splicer sp(w.get(), &rep);
+  int64_t last = -1;
+  for (const auto& r : readers) {
+    // Steps already written (an overlap between parts) are skipped, never written twice.
+    const int64_t after = last;
+    RETURN_IF_ERROR(copy_frames(
+                        *r, w.get(), &sp, &rep, [&](int64_t s) { return s > after; },
+                        [](int64_t) { return false; })
+                        .with_context(r->path() + ": "));
+    last = std::max(last, rep.last_step);
+  }
+  if (!reason.empty()) w->mark_lossy(reason);
+  RETURN_IF_ERROR(w->close());
+  return rep;
+}
+
+Result<SpliceReport> cut_request(const std::string& in, const CutSpec& spec,
+                                 const std::string& out, WriterOptions options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<TraceReader> r, TraceReader::open(in));
+  const RequestSummary* q = nullptr;
+  for (const RequestSummary& s : r->requests())
+    if (s.id == spec.request) q = &s;
+  if (q == nullptr) {
+    std::string ids;
+    for (size_t i = 0; i < r->requests().size() && i < 12; ++i)
+      ids += (i ? ", " : "") + std::to_string(r->requests()[i].id);
+    if (r->requests().size() > 12) ids += ", ...";
+    return make_error(ErrorCode::kNotFound, in + ": no request " + std::to_string(spec.request) +
+                                                " (it has " + ids + ")");
+  }
+  const int64_t from = std::max(r->first_step(), q->arrival_step - std::max<int64_t>(spec.before, 0));
+  const int64_t end = q->finish_step >= 0 ? q->finish_step : r->last_step();
+  const int64_t to = std::min(r->last_step(), end + std::max<int64_t>(spec.after, 0));
+
+  RunHeader h = r->run_header();
+  nlohmann::json extra = nlohmann::json::object();
+  if (!h.extra_config_json.empty()) {
+    extra = nlohmann::json::parse(h.extra_config_json, nullptr, false);
+    if (!extra.is_object()) extra = nlohmann::json::object();
+  }
+  extra["cut"] = {{"request", spec.request},
+                  {"from_step", from},
+                  {"to_step", to},
+                  {"source_steps", {r->first_step(), r->last_step()}}};
+  h.extra_config_json = extra.dump();
+
+  SpliceReport rep;
+  rep.incomplete_input = !r->complete();
+  ASSIGN_OR_RETURN(std::unique_ptr<TraceWriter> w, TraceWriter::open(out, options));
+  RETURN_IF_ERROR(w->append_run_header(h));
+  Splicer sp(w.get(), &rep);
+  RETURN_IF_ERROR(copy_frames(
+      *r, w.get(), &sp, &rep, [&](int64_t s) { return s >= from && s <= to; },
+      [&](int64_t s) { return s < from; }));
+  std::string reason;
+  if (from > r->first_step() || to < r->last_step()) {
+    reason = "a cut: steps " + std::to_string(from) + ".." + std::to_string(to) + " of " +
+             std::to_string(r->first_step()) + ".." + std::to_string(r->last_step()) +
+             " (request " + std::to_string(spec.request) + "'s life); " +
+             std::to_string(rep.carried) + " request(s) carried in from earlier steps";
+  }
+  if (r->lossy()) reason += (reason.empty() ? "" : "; ") + std::string("the source: ") + r->lossy_reason();
+  if (!reason.empty()) w->mark_lossy(reason);
+  RETURN_IF_ERROR(w->close());
+  return rep;
+}
+
+}  // namespace llmrr::trace
