@@ -1,7 +1,7 @@
 /* A stand-in for a served runtime under `llmrr record-<runtime>` (tests/record_child): it
  * switches its recorder on from $LLMRR_<NAME>_TRACE (NAME = argv[1], e.g. VLLM), reads the
  * shared LLMRR_CAPTURE / LLMRR_TOP_K, and records one request's decode steps every 5 ms until
- * SIGINT, SIGTERM or SIGHUP, or until it has recorded argv[2] steps; then it closes the trace and
+ * SIGINT, SIGTERM or SIGHUP, or until it has recorded argv[2] steps ($FAKE_RUNTIME_STEP_US apart); then it closes the trace and
  * exits 0. After the first step it creates the file argv[3] (the test waits for it). With
  * argv[4] = "hang" it ignores them (a runtime that will not stop); with "second" it stops
  * only at the second one (as llama-server, which waits on its open streams at a first). */
@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
   q.max_tokens = 1 << 20;
   llmrr_recorder_add_request(rec, &q);
   const long max_steps = atol(argv[2]);
+  /* $FAKE_RUNTIME_STEP_US: the pause between steps (default 5000 us). */
+  const char* step_us = getenv("FAKE_RUNTIME_STEP_US");
+  const long step_ns = (step_us != NULL ? atol(step_us) : 5000) * 1000;
   float logits[8];
   for (long step = 0; !stop && step < max_steps; ++step) {
     llmrr_segment g;
@@ -82,7 +85,7 @@ int main(int argc, char** argv) {
       FILE* f = fopen(argv[3], "w");
       if (f != NULL) fclose(f);
     }
-    struct timespec ts = {0, 5 * 1000 * 1000};
+    struct timespec ts = {0, step_ns};
     nanosleep(&ts, NULL);
   }
   const int rc = llmrr_recorder_close(rec);

@@ -107,6 +107,62 @@ grep -q "fake_runtime: stopped by signal 2 (2 seen)" "$t.err" ||
 "$llmrr" verify "$t" 2>&1 | grep -q "complete" || fail "second: $t is not a whole trace"
 echo "record-llamacpp around a program that stops at a second SIGINT: exit $rc in ${took}s"
 
+# The flight recorder: --ring 256K keeps the ring's folder under its bound while the program
+# records ~100 times as much; SIGUSR1 writes a closed snapshot without stopping it; the trace
+# at -o holds the last steps, says what was dropped, and carries the running request in; the
+# request cut out of it (by its id) is the same steps.
+t="$work/ring.trace"
+FAKE_RUNTIME_STEP_US=50 "$llmrr" record-vllm --ring 256K -o "$t" -- "$fake" VLLM 100000 \
+  "$work/ring.ready" >/dev/null 2>"$t.err" &
+pid=$!
+wait_for "$work/ring.ready" 20 || fail "ring: the program never recorded a step: $(cat "$t.err")"
+max_kb=0
+for i in $(seq 1 40); do
+  sleep 0.1
+  d=$(ls -d "$work"/ring.trace.partial-*.ring 2>/dev/null | head -1)
+  [ -n "$d" ] || continue
+  kb=$(du -sk --apparent-size "$d" 2>/dev/null | cut -f1)
+  [ "${kb:-0}" -gt "$max_kb" ] && max_kb=$kb
+  [ "$i" -eq 20 ] && kill -USR1 "$pid"
+done
+kill -INT "$pid"
+wait_exit "$pid" 10
+rc=$?
+[ "$rc" -eq 0 ] || fail "ring: exit $rc: $(cat "$t.err")"
+# 256 KiB of segments, plus the folder's own entry
+[ "$max_kb" -gt 0 ] && [ "$max_kb" -le 264 ] || fail "ring: the ring's folder reached ${max_kb} KiB (bound 256 KiB)"
+v=$("$llmrr" verify "$t" 2>&1) || fail "ring: $t does not verify: $v"
+echo "$v" | grep -q "flight recorder (ring 256 KiB): the steps before [0-9]* were dropped" ||
+  fail "ring: the trace does not say what the ring dropped: $v"
+first=$(echo "$v" | sed -n 's/.*the steps before \([0-9]*\) were dropped.*/\1/p')
+steps=$(echo "$v" | sed -n 's/.* \([0-9][0-9]*\) steps.*/\1/p')
+[ "${first:-0}" -gt "${steps:-0}" ] || fail "ring: kept $steps steps from step $first: expected most dropped"
+"$llmrr" inspect "$t" 2>&1 | grep -q "carried in (it arrived earlier) at step $first," ||
+  fail "ring: the running request is not carried in: $("$llmrr" inspect "$t" 2>&1 | grep -A2 '^requests')"
+snap=$(ls "$work" | grep "^ring.trace.snapshot-1$")
+[ -n "$snap" ] || fail "ring: SIGUSR1 wrote no snapshot ($(ls "$work" | grep ring))"
+"$llmrr" verify "$work/ring.trace.snapshot-1" >/dev/null 2>&1 || fail "ring: the snapshot does not verify"
+ls "$work" | grep -q "ring.trace.partial\|ring.trace.snap$" && fail "ring: left behind: $(ls "$work" | grep ring)"
+c=$("$llmrr" cut "$t" --request 1 -o "$work/ring-cut.trace" 2>&1) || fail "cut: $c"
+echo "$c" | grep -q "request 1, steps $first\.\.[0-9]* ($steps steps), 1 requests (1 carried in)" || fail "cut: $c"
+out=$("$llmrr" cut "$t" --request cmpl-none -o "$work/ring-cut2.trace" 2>&1)
+[ $? -eq 2 ] && echo "$out" | grep -q "has no request with that id or label" || fail "cut of an unknown request: $out"
+echo "ring: folder at most ${max_kb} KiB of 256, kept $steps steps from $first; snapshot and cut verify"
+
+# A program killed while its ring is open: record-vllm joins the segments it left.
+FAKE_RUNTIME_STEP_US=50 "$llmrr" record-vllm --ring 256K -o "$work/ringk.trace" -- "$fake" VLLM 100000 \
+  "$work/ringk.ready" >/dev/null 2>"$work/ringk.err" &
+pid=$!
+wait_for "$work/ringk.ready" 20 || fail "ring kill: the program never recorded a step"
+sleep 1
+pkill -9 -f "^$fake VLLM 100000 $work/ringk.ready"
+wait_exit "$pid" 10
+grep -q "joined [0-9]* flight-recorder segment(s) left by the program" "$work/ringk.err" ||
+  fail "ring kill: the segments were not joined: $(cat "$work/ringk.err")"
+"$llmrr" verify "$work/ringk.trace" 2>&1 | grep -q "lossy: flight recorder" ||
+  fail "ring kill: $("$llmrr" verify "$work/ringk.trace" 2>&1)"
+ls "$work" | grep -q "ringk.trace.partial" && fail "ring kill: left behind: $(ls "$work" | grep ringk)"
+
 # An earlier -o stays whole until a whole trace replaces it; kill -9 of the recording command
 # (and of its program) leaves -o as it was and the partial file as a readable prefix.
 old="$work/old.trace"

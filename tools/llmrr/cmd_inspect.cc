@@ -112,6 +112,7 @@ int print_json(const TraceReader& r) {
                     {"prompt_len", q.prompt_len},
                     {"prompt_hash", cli::hash_text(q.prompt_hash)},
                     {"arrival_step", q.arrival_step},
+                    {"carried", q.carried},
                     {"finish_step", q.finish_step},
                     {"generated", q.generated},
                     {"reason", q.finish_step >= 0 ? finish_reason_name(q.reason) : "running"}});
@@ -202,9 +203,10 @@ int print_text(const TraceReader& r) {
   for (const RequestSummary& q : r.requests()) finished += q.finish_step >= 0;
   std::printf("requests   %zu (%d finished)\n", r.requests().size(), finished);
   for (const RequestSummary& q : r.requests()) {
-    std::printf("  %-6llu %-10s prompt %d tokens (hash %s), arrived at step %lld, ",
+    std::printf("  %-6llu %-10s prompt %d tokens (hash %s), %s at step %lld, ",
                 static_cast<unsigned long long>(q.id), q.label.empty() ? "-" : q.label.c_str(),
                 q.prompt_len, cli::hash_text(q.prompt_hash).c_str(),
+                q.carried ? "carried in (it arrived earlier)" : "arrived",
                 static_cast<long long>(q.arrival_step));
     if (q.finish_step >= 0)
       std::printf("finished at step %lld (%s, %d generated)\n",
