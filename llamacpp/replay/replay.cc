@@ -154,6 +154,13 @@ int main(int argc, char** argv) {
     if (!more.ok()) return bad(more.status().message());
     if (!*more) break;
     for (const trace::RequestRecord& r : s.arrivals) {
+      if (r.carried)
+        return bad("request " + std::to_string(r.id) + " (" + r.label + ") was carried into this "
+                   "trace at step " + std::to_string(s.step) + " with " +
+                   std::to_string(r.history.size()) + " tokens generated before it: its KV "
+                   "cache was built in steps the trace does not hold, so its rows and its "
+                   "co-requests' cannot be re-executed bit for bit (cut with llmrr cut "
+                   "--whole-lives, so that every request arrives inside the slice)");
       Req q;
       const size_t at = r.label.rfind("seq=");
       if (at == std::string::npos || !parse_int(r.label.c_str() + at + 4, &q.seq))

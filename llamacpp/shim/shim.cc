@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -248,6 +249,15 @@ bool start(State& st, llama_context* ctx) {
                      n_ctx != nullptr ? static_cast<int32_t>(n_ctx(ctx)) : 0);
   if (const char* f = std::getenv("LLMRR_LLAMACPP_FORCED"); f != nullptr && *f == '1')
     st.tape->set_forced(true);
+  {
+    // A replay of a slice (llmrr cut): steps and request ids continue the slice's numbering.
+    const char* fs = std::getenv("LLMRR_LLAMACPP_FIRST_STEP");
+    const char* fi = std::getenv("LLMRR_LLAMACPP_FIRST_ID");
+    const long long step = fs != nullptr ? std::atoll(fs) : 0;
+    const long long id = fi != nullptr ? std::atoll(fi) : 0;
+    if (step > 0 || id > 0)
+      st.tape->set_numbering(std::max(step, 0LL), static_cast<uint64_t>(std::max(id, 0LL)));
+  }
   st.stopped = false;
   std::atexit([] {
     State& s = S();

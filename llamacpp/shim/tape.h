@@ -101,6 +101,11 @@ class Tape {
   // Replays feed the recorded tokens whatever the sampler chose: the token recorded for a row
   // is then the sampler's choice (the one accepted), not the one fed.
   void set_forced(bool forced) { forced_ = forced; }
+  // The first step and request id written (a replay of a slice numbers as the slice does).
+  void set_numbering(int64_t first_step, uint64_t first_id) {
+    written_ = first_step;
+    next_out_id_ = first_id;
+  }
   int64_t steps_written() const { return written_; }
 
  private:

@@ -68,15 +68,22 @@ int run_cut_command(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_option("--after", after, "steps kept after its finish (default 0)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  bool whole_lives = false;
+  app.add_flag("--whole-lives", whole_lives,
+               "start early enough that no request is carried in: back to the arrival of every "
+               "request running at the start (a slice llmrr replay --runtime re-executes)");
   app.footer(
       "Examples:\n"
       "  llmrr cut serve.trace --request cmpl-3f2a -o bug.trace\n"
+      "  llmrr cut serve.trace --request 'llamacpp seq=2' --whole-lives -o bug.trace\n"
+      "  llmrr replay --runtime llamacpp bug.trace --model m.gguf\n"
       "  llmrr pack bug.trace -o bug.llmrr\n"
       "\n"
       "The slice is marked lossy ('a cut: steps A..B of C..D'): requests that arrived before\n"
       "its first step are carried in (RequestRecord carried, with the tokens they had\n"
-      "generated), their earlier steps are not in it. Every step kept is whole: every row,\n"
-      "plan, logits row and token of every request in it.\n"
+      "generated), their earlier steps are not in it, and a runtime's replay refuses such a\n"
+      "slice (their KV caches were built outside it); --whole-lives starts where none is.\n"
+      "Every step kept is whole: every row, plan, logits row and token of every request.\n"
       "\n"
       "Exit codes: 0 written, 2 bad input (no such request, a damaged trace, -o refused),\n"
       "3 internal error.");
@@ -93,6 +100,7 @@ int run_cut_command(int argc, char** argv) {
   spec.request = *request;
   spec.before = before;
   spec.after = after;
+  spec.whole_lives = whole_lives;
   Result<trace::SpliceReport> rep = trace::cut_request(in, spec, f->write_path());
   if (!rep.ok()) return cli::report("cut", f->in_final_terms(rep.status()));
   if (Status st = f->commit(); !st.ok()) return cli::report("cut", st);

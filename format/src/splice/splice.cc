@@ -139,6 +139,79 @@ Status copy_frames(const TraceReader& r, TraceWriter* w, Splicer* sp, SpliceRepo
   return Status::Ok();
 }
 
+// What CutSpec::whole_lives needs of each request: when it lives, where its first rows start
+// (a prompt-cache hit reuses KV another request built), its label and sequence.
+struct Life {
+  int64_t arrival = 0, finish = -1;
+  int32_t first_cached = 0;
+  bool seen = false;
+  std::string label;
+  std::vector<int32_t> sequence;  // prompt, then the tokens generated
+};
+
+// Moves *from back until no request in [from, ...] is carried: every request running at
+// `from` arrives inside, and so does the one whose KV a request's prompt-cache hit reuses
+// (the last earlier request of the same label, a llama.cpp slot; else the last earlier one
+// whose sequence starts with the reused prefix, vLLM's prefix cache).
+Status extend_to_whole_lives(const TraceReader& r, int64_t* from) {
+  std::map<uint64_t, Life> lives;
+  std::vector<uint64_t> order;
+  StepCursor cur = r.steps();
+  StepRecord s;
+  for (;;) {
+    ASSIGN_OR_RETURN(bool got, cur.next(&s));
+    if (!got) break;
+    for (const RequestRecord& a : s.arrivals) {
+      Life& l = lives[a.id];
+      l.arrival = s.step;
+      l.label = a.label;
+      l.sequence = a.prompt;
+      l.sequence.insert(l.sequence.end(), a.history.begin(), a.history.end());
+      order.push_back(a.id);
+    }
+    for (const Segment& g : s.segments) {
+      Life& l = lives[g.request];
+      if (!l.seen) l.first_cached = g.cached;
+      l.seen = true;
+    }
+    for (const TokenRecord& t : s.tokens) lives[t.request].sequence.push_back(t.token);
+    for (const FinishRecord& f : s.finishes) lives[f.request].finish = s.step;
+  }
+  auto donor = [&](size_t k) -> const Life* {  // whose KV request order[k] reuses
+    const Life& q = lives[order[k]];
+    const size_t c = static_cast<size_t>(q.first_cached);
+    for (size_t j = k; j-- > 0;) {
+      const Life& p = lives[order[j]];
+      if (!q.label.empty() && p.label == q.label) return &p;
+    }
+    for (size_t j = k; j-- > 0;) {
+      const Life& p = lives[order[j]];
+      if (p.sequence.size() >= c && q.sequence.size() >= c &&
+          std::equal(q.sequence.begin(), q.sequence.begin() + static_cast<std::ptrdiff_t>(c),
+                     p.sequence.begin()))
+        return &p;
+    }
+    return nullptr;
+  };
+  const int64_t start = std::max<int64_t>(r.first_step(), 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const Life& q = lives[order[k]];
+      int64_t need = *from;
+      if (q.arrival < *from && (q.finish < 0 || q.finish >= *from)) need = q.arrival;
+      if (q.arrival >= *from && q.first_cached > 0)
+        if (const Life* p = donor(k); p != nullptr && p->arrival < *from) need = p->arrival;
+      need = std::max(need, start);
+      if (need < *from) {
+        *from = need;
+        moved = true;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<SpliceReport> join_traces(const std::vector<std::string>& parts, const std::string& out,
@@ -196,7 +269,8 @@ Result<SpliceReport> cut_request(const std::string& in, const CutSpec& spec,
     return make_error(ErrorCode::kNotFound, in + ": no request " + std::to_string(spec.request) +
                                                 " (it has " + ids + ")");
   }
-  const int64_t from = std::max(r->first_step(), q->arrival_step - std::max<int64_t>(spec.before, 0));
+  int64_t from = std::max(r->first_step(), q->arrival_step - std::max<int64_t>(spec.before, 0));
+  if (spec.whole_lives) RETURN_IF_ERROR(extend_to_whole_lives(*r, &from));
   const int64_t end = q->finish_step >= 0 ? q->finish_step : r->last_step();
   const int64_t to = std::min(r->last_step(), end + std::max<int64_t>(spec.after, 0));
 

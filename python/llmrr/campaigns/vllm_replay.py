@@ -150,6 +150,12 @@ class Recorded:
         for n in range(len(q)):
             rid = int(q["id"][n])
             arrival = int(q["arrival_step"][n])
+            if "carried" in q and int(q["carried"][n]):
+                die("request %d (%s) was carried into this trace at step %d with %d tokens "
+                    "generated before it: its KV cache was built in steps the trace does not "
+                    "hold, so the batches cannot be re-executed bit for bit (cut with llmrr cut "
+                    "--whole-lives, so that every request arrives inside the slice)" % (
+                        rid, q["label"][n], arrival, int(q["history_len"][n])))
             out[rid] = RecordedRequest(
                 id=rid, prompt=[int(x) for x in q["prompt"][n]],
                 max_tokens=int(q["max_tokens"][n]), temperature=_f32(q["temperature"][n]),

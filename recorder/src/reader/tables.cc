@@ -95,7 +95,9 @@ Result<TableSet> read_tables(const trace::TraceReader& r, int64_t first, int64_t
                                      {"seed", "u64"},
                                      {"max_tokens", "i32"},
                                      {"stop_at_eos", "u8"},
-                                     {"label", "str"}});
+                                     {"label", "str"},
+                                     {"carried", "u8"},
+                                     {"history_len", "i32"}});
   Table& prompt = add("prompt_tokens", Table{{"request", "u64"}, {"token", "i32"}});
   Table& steps = add("steps", Table{{"step", "i64"},
                                     {"rows", "i64"},
@@ -217,6 +219,8 @@ Result<TableSet> read_tables(const trace::TraceReader& r, int64_t first, int64_t
         req[12].push(a.max_tokens);
         req[13].push(static_cast<uint8_t>(a.stop_at_eos));
         req[14].push_str(a.label);
+        req[15].push(static_cast<uint8_t>(a.carried));
+        req[16].push(static_cast<int32_t>(a.history.size()));
         ++req.rows;
         for (int32_t t : a.prompt) {
           prompt[0].push(a.id);

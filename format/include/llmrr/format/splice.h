@@ -46,6 +46,11 @@ struct CutSpec {
   // Extra steps kept before the arrival / after the finish (clamped to the trace).
   int64_t before = 0;
   int64_t after = 0;
+  // Start early enough that no request in the slice is carried: back to the arrival of every
+  // request running at the start, and of theirs, until none is (a slice a runtime can replay
+  // bit for bit: every KV cache in it is built inside it). Requests the source itself
+  // carried (a ring's first step) stay carried.
+  bool whole_lives = false;
 };
 
 // Writes the steps `spec` selects from `in` to `out` (created, replacing a file there). The

@@ -3,6 +3,7 @@
 // compared with the recorded one by `llmrr diff`.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -77,11 +78,19 @@ int replay(const char* command, int argc, char** argv) {
                                              "another -o or remove it)"));
   std::string capture = "layers";
   std::string lossy;  // the recording's own account of what it is missing
+  // A slice (llmrr cut) starts at a later step and request: the replay numbers its own the same.
+  int64_t first_step = 0;
+  uint64_t first_id = 0;
   {
     auto r = trace::TraceReader::open(path);
     if (!r.ok()) return report("replay", r.status());
     capture = trace::capture_level_name((*r)->run_header().engine.capture);
     if ((*r)->lossy()) lossy = (*r)->lossy_reason();
+    first_step = std::max<int64_t>((*r)->first_step(), 0);
+    if (!(*r)->requests().empty()) {
+      first_id = (*r)->requests()[0].id;
+      for (const trace::RequestSummary& q : (*r)->requests()) first_id = std::min(first_id, q.id);
+    }
   }
   if (Status st = safeio::check_output_file(out, "-o", {path}); !st.ok())
     return report("replay", st);
@@ -103,6 +112,8 @@ int replay(const char* command, int argc, char** argv) {
     ::setenv(trace_env(kAdapter).c_str(), partial->write_path().c_str(), 1);
     ::setenv(kCaptureEnv, capture.c_str(), 1);
     ::setenv("LLMRR_LLAMACPP_FORCED", "1", 1);
+    ::setenv("LLMRR_LLAMACPP_FIRST_STEP", std::to_string(first_step).c_str(), 1);
+    ::setenv("LLMRR_LLAMACPP_FIRST_ID", std::to_string(first_id).c_str(), 1);
   };
   Result<int> ran = cli::run_child("replay", std::move(driver_run));
   if (!ran.ok()) return report("replay", ran.status());
