@@ -43,6 +43,10 @@ std::string rank_suffix(const std::string& path) {
 
 Status StepRecorder::open_ring(const trace::RunHeader& header) {
   header_ = header;
+  // Chunks of at most a quarter segment: a segment passes its share of the bound by at most
+  // one chunk (what is not yet on disk when the size is looked at).
+  options_.writer.chunk_target_bytes =
+      std::min<size_t>(options_.writer.chunk_target_bytes, segment_bytes(options_.ring) / 4);
   ring_dir_ = path_ + ".ring";
   if (::mkdir(ring_dir_.c_str(), 0755) != 0) {
     const int e = errno;
@@ -124,7 +128,8 @@ Status StepRecorder::rotate() {
         clock::now() - segments_.front().ended > std::chrono::seconds(ring.seconds))
       return true;
     if (ring.bytes == 0) return false;
-    uint64_t total = segment_bytes(ring);  // the segment about to grow
+    // The segment about to grow: its share, and a chunk past it (open_ring's chunk size).
+    uint64_t total = segment_bytes(ring) + segment_bytes(ring) / 4;
     for (const RingSegment& s : segments_) total += s.bytes;
     return total > ring.bytes;
   };

@@ -128,7 +128,7 @@ Result<std::unique_ptr<StepRecorder>> StepRecorder::open(const std::string& path
   if (options.ring.enabled()) {
     RETURN_IF_ERROR(rec->open_ring(header));
     ASSIGN_OR_RETURN(rec->writer_,
-                     trace::TraceWriter::open(rec->current_segment_.path, options.writer));
+                     trace::TraceWriter::open(rec->current_segment_.path, rec->options_.writer));
   } else {
     ASSIGN_OR_RETURN(rec->writer_, trace::TraceWriter::open(path, options.writer));
   }

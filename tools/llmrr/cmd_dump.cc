@@ -56,7 +56,7 @@ json plan_json(const PlanRecord& p) {
 json step_json(const StepRecord& s) {
   json j{{"type", "step"}, {"step", s.step}, {"rows", s.row_count()}};
   json a = json::array();
-  for (const RequestRecord& r : s.arrivals)
+  for (const RequestRecord& r : s.arrivals) {
     a.push_back({{"id", r.id},
                  {"prompt", r.prompt},
                  {"temperature", r.temperature},
@@ -67,6 +67,11 @@ json step_json(const StepRecord& s) {
                  {"arrival_step", r.arrival_step},
                  {"stop_at_eos", r.stop_at_eos},
                  {"label", r.label}});
+    if (r.carried) {
+      a.back()["carried"] = true;
+      a.back()["history"] = r.history;
+    }
+  }
   j["arrivals"] = a;
   json g = json::array();
   for (const Segment& x : s.segments)
@@ -168,11 +173,15 @@ void print_step_text(const StepRecord& s) {
     std::printf(
         "  arrival  req %llu%s%s: prompt %zu tokens %s, temperature %s, top_k %d, top_p %s, seed "
         "%llu, "
-        "max_tokens %d, arrival step %lld%s\n",
+        "max_tokens %d, arrival step %lld%s%s\n",
         static_cast<unsigned long long>(r.id), r.label.empty() ? "" : " ", r.label.c_str(),
         r.prompt.size(), list_text(r.prompt).c_str(), float_text(r.temperature).c_str(), r.top_k,
         float_text(r.top_p).c_str(), static_cast<unsigned long long>(r.seed), r.max_tokens,
-        static_cast<long long>(r.arrival_step), r.stop_at_eos ? "" : ", no EOS stop");
+        static_cast<long long>(r.arrival_step), r.stop_at_eos ? "" : ", no EOS stop",
+        r.carried ? (", carried in with " + std::to_string(r.history.size()) +
+                     " tokens generated before: " + list_text(r.history))
+                        .c_str()
+                  : "");
   // Plans in forward order (the reader returns them sorted by packed site id).
   std::vector<const SitePlan*> plans;
   for (const SitePlan& p : s.plans) plans.push_back(&p);
