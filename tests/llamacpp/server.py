@@ -31,10 +31,10 @@ class RecordedServer:
     """`llmrr record-llamacpp -o TRACE -- llama-server ARGS` on a free port; stop() sends
     SIGTERM to llmrr (passed on to the server, which closes the trace) and waits."""
 
-    def __init__(self, trace, model, extra=(), capture="layers", np=4):
+    def __init__(self, trace, model, extra=(), capture="layers", np=4, record=()):
         self.port = free_port()
         self.log = open(trace + ".log", "w")
-        cmd = [LLMRR, "record-llamacpp", "-o", trace, "--capture", capture, "--",
+        cmd = [LLMRR, "record-llamacpp", *record, "-o", trace, "--capture", capture, "--",
                os.path.join(LCDIR, "bin/llama-server"), "-m", model, "-np", str(np), "-t", "2",
                "-c", "2048", "--host", "127.0.0.1", "--port", str(self.port), *extra]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)

@@ -9,19 +9,17 @@ its running co-requests are carried in and the replay refuses it, saying why."""
 import glob
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 import unittest
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lc_common import LCDIR, LLMRR, Trace, llmrr, model_path, replay, require_llamacpp  # noqa: E402
+from lc_common import Trace, llmrr, model_path, replay, require_llamacpp  # noqa: E402
 
 require_llamacpp("LLMRR_LLAMACPP_REPLAY")
 MODEL = model_path()
-from server import PROMPTS, free_port, post  # noqa: E402
+from server import PROMPTS, RecordedServer, post  # noqa: E402
 
 N = 300
 RING_KIB = 512
@@ -33,27 +31,9 @@ def run():
     """The recorded run (once): responses, the ring folder's largest size, exit status."""
     if _run:
         return _run
-    port = free_port()
-    log = open("ring.trace.log", "w")
-    proc = subprocess.Popen(
-        [LLMRR, "record-llamacpp", "--ring", "%dK" % RING_KIB, "-o", "ring.trace", "--",
-         os.path.join(LCDIR, "bin/llama-server"), "-m", MODEL, "-np", "4", "-t", "2", "-c", "2048",
-         "--host", "127.0.0.1", "--port", str(port), "--kv-unified", "--no-cache-idle-slots",
-         "--cache-ram", "0"], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 180
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError("llama-server exited with %d" % proc.returncode)
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5) as r:
-                if r.status == 200:
-                    break
-        except Exception:  # noqa: BLE001 - not up yet
-            pass
-        if time.time() > deadline:
-            proc.kill()
-            raise AssertionError("llama-server not healthy after 180 s")
-        time.sleep(0.5)
+    srv = RecordedServer("ring.trace", MODEL, record=("--ring", "%dK" % RING_KIB),
+                         extra=("--kv-unified", "--no-cache-idle-slots", "--cache-ram", "0"))
+    port, proc = srv.port, srv.proc
     tokens = {p: post(port, "/tokenize", {"content": p, "add_special": True})["tokens"]
               for p in PROMPTS}
     largest = [0]
@@ -94,9 +74,7 @@ def run():
             t.join()
     done.set()
     watcher.join()
-    proc.send_signal(signal.SIGTERM)
-    rc = proc.wait(timeout=120)
-    log.close()
+    rc = srv.stop()
     with open("ring.trace.log") as f:
         _run.update(responses=responses, largest=largest[0], rc=rc, log=f.read())
     return _run

@@ -88,7 +88,6 @@ Status copy_frames(const TraceReader& r, TraceWriter* w, Splicer* sp, SpliceRepo
                    Keep keep, Before before) {
   std::unordered_map<int64_t, int64_t> blobs;
   StepRecord step;
-  std::vector<uint8_t> bytes;
   std::vector<KernelRecord> kernels;
   const std::vector<FrameInfo>& frames = r.frames();
   for (size_t f = 0; f < frames.size(); ++f) {
@@ -107,23 +106,7 @@ Status copy_frames(const TraceReader& r, TraceWriter* w, Splicer* sp, SpliceRepo
     } else if (fi.kind == FrameKind::kTensorBlob) {
       ASSIGN_OR_RETURN(BlobInfo info, r.blob_info(fi.first));
       if (!keep(info.step)) continue;
-      if (info.xor_coded) {
-        return make_error(ErrorCode::kUnsupported,
-                          r.path() + ": blob " + std::to_string(info.id) +
-                              " is stored XOR-coded against trace " + info.reference_trace +
-                              ", which this copy cannot decode; record without --reference");
-      }
-      RETURN_IF_ERROR(r.read_blob(info.id, &bytes));
-      BlobSpec spec;
-      spec.dtype = info.dtype;
-      spec.shape = info.shape;
-      spec.data = bytes.data();
-      spec.bytes = bytes.size();
-      spec.name = info.name;
-      spec.step = info.step;
-      spec.site = info.site;
-      spec.request = info.request;
-      ASSIGN_OR_RETURN(int64_t id, w->append_blob(spec));
+      ASSIGN_OR_RETURN(int64_t id, copy_blob(r, info.id, w));
       blobs[info.id] = id;
       ++rep->blobs;
     } else if (fi.kind == FrameKind::kKernelRecords) {
@@ -213,6 +196,28 @@ Status extend_to_whole_lives(const TraceReader& r, int64_t* from) {
 }
 
 }  // namespace
+
+Result<int64_t> copy_blob(const TraceReader& r, int64_t id, TraceWriter* w) {
+  ASSIGN_OR_RETURN(BlobInfo info, r.blob_info(id));
+  if (info.xor_coded) {
+    return make_error(ErrorCode::kUnsupported,
+                      r.path() + ": blob " + std::to_string(info.id) +
+                          " is stored XOR-coded against trace " + info.reference_trace +
+                          ", which this copy cannot decode; record without --reference");
+  }
+  std::vector<uint8_t> bytes;
+  RETURN_IF_ERROR(r.read_blob(info.id, &bytes));
+  BlobSpec spec;
+  spec.dtype = info.dtype;
+  spec.shape = info.shape;
+  spec.data = bytes.data();
+  spec.bytes = bytes.size();
+  spec.name = info.name;
+  spec.step = info.step;
+  spec.site = info.site;
+  spec.request = info.request;
+  return w->append_blob(spec);
+}
 
 Result<SpliceReport> join_traces(const std::vector<std::string>& parts, const std::string& out,
                                  const std::string& lossy_reason, WriterOptions options) {

@@ -5,6 +5,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "llmrr/format/splice.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/format/trace_writer.h"
 #include "llmrr/replayer/pack.h"
@@ -176,24 +177,17 @@ Result<RedactReport> redact_trace(const std::string& in, const std::string& out,
         ++rep.blobs_removed;
         continue;
       }
-      if (info.xor_coded) {
-        return make_error(ErrorCode::kUnsupported,
-                          in + ": blob " + std::to_string(info.id) +
-                              " of a kept request is stored XOR-coded against trace " +
-                              info.reference_trace +
-                              ", which redaction cannot decode; record without --reference");
+      Result<int64_t> copied = trace::copy_blob(*reader, info.id, writer.get());
+      if (!copied.ok()) {
+        return copied.status().code() == ErrorCode::kUnsupported
+                   ? make_error(ErrorCode::kUnsupported,
+                                in + ": blob " + std::to_string(info.id) +
+                                    " of a kept request is stored XOR-coded against trace " +
+                                    info.reference_trace +
+                                    ", which redaction cannot decode; record without --reference")
+                   : copied.status();
       }
-      RETURN_IF_ERROR(reader->read_blob(info.id, &bytes));
-      trace::BlobSpec spec;
-      spec.dtype = info.dtype;
-      spec.shape = info.shape;
-      spec.data = bytes.data();
-      spec.bytes = bytes.size();
-      spec.name = info.name;
-      spec.step = info.step;
-      spec.site = info.site;
-      spec.request = info.request;
-      ASSIGN_OR_RETURN(int64_t id, writer->append_blob(spec));
+      const int64_t id = *copied;
       redactor.blob_ids[info.id] = id;
     } else if (fi.kind == trace::FrameKind::kKernelRecords) {
       RETURN_IF_ERROR(reader->read_kernels(static_cast<int64_t>(f), &kernels));

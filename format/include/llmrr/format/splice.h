@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "llmrr/format/status.h"
+#include "llmrr/format/trace_reader.h"
 #include "llmrr/format/trace_writer.h"
 
 namespace llmrr::trace {
@@ -60,5 +61,9 @@ struct CutSpec {
 // has), a damaged input (its reader's error).
 Result<SpliceReport> cut_request(const std::string& in, const CutSpec& spec,
                                  const std::string& out, WriterOptions options = {});
+
+// Appends blob `id` of `r` to `w` (decoded, stored again) and returns its id there. An
+// XOR-coded blob is refused (kUnsupported): its reference trace is not at hand.
+Result<int64_t> copy_blob(const TraceReader& r, int64_t id, TraceWriter* w);
 
 }  // namespace llmrr::trace
