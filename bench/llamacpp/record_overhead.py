@@ -45,8 +45,11 @@ def start(args, mode, trace, log):
     server = [os.path.join(args.llamacpp, "bin", "llama-server"), "-m", args.model,
               "-np", "4", "-t", str(args.threads), "-c", "4096", "--kv-unified",
               "--host", "127.0.0.1", "--port", str(port)]
-    cmd = server if mode == "off" else [args.llmrr, "record-llamacpp", "-o", trace,
-                                        "--capture", mode, "--"] + server
+    # "ring": layers through the flight recorder (--ring 1M: segments rotate and drop all along)
+    ring = ["--ring", "1M"] if mode == "ring" else []
+    capture = "layers" if mode == "ring" else mode
+    cmd = server if mode == "off" else [args.llmrr, "record-llamacpp", *ring, "-o", trace,
+                                        "--capture", capture, "--"] + server
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
         lcf.wait_healthy(proc, port, 120, log.name)
@@ -100,9 +103,9 @@ def main():
             die(f"{what}: no file {p} (tools/setup/build, tools/setup/llamacpp, "
                 "tools/setup/smollm2)")
     modes = args.modes.split(",")
-    bad = [m for m in modes if m not in ("off", "none", "layers", "all")]
+    bad = [m for m in modes if m not in ("off", "none", "layers", "all", "ring")]
     if bad or "off" not in modes:
-        die(f"--modes: off plus any of none, layers, all (got {args.modes!r})")
+        die(f"--modes: off plus any of none, layers, all, ring (got {args.modes!r})")
     rates = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(args.rounds):
