@@ -1,7 +1,11 @@
 #include "llmrr/format/fingerprint.h"
 
 #include <cmath>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <xxhash.h>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -13,6 +17,35 @@ namespace llmrr::trace {
 
 uint64_t hash_bytes(const void* data, size_t bytes) {
   return detail::xxh3(data, bytes);
+}
+
+Result<std::string> hash_files(const std::vector<std::string>& paths) {
+  XXH3_state_t* st = XXH3_createState();
+  if (st == nullptr) return make_error(ErrorCode::kResourceLimit, "hash_files: out of memory");
+  XXH3_64bits_reset(st);
+  std::vector<char> buf(size_t{1} << 20);
+  for (const std::string& p : paths) {
+    std::FILE* f = std::fopen(p.c_str(), "rb");
+    if (f == nullptr) {
+      const int e = errno;
+      XXH3_freeState(st);
+      return make_error(ErrorCode::kIo, p + ": cannot read it to hash the weights: " +
+                                            std::strerror(e));
+    }
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) XXH3_64bits_update(st, buf.data(), n);
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) {
+      XXH3_freeState(st);
+      return make_error(ErrorCode::kIo, p + ": read error while hashing the weights");
+    }
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  char out[32];
+  std::snprintf(out, sizeof out, "xxh3-64:%016" PRIx64, h);
+  return std::string(out);
 }
 
 Fingerprint fingerprint_bytes(const void* data, size_t bytes) {

@@ -914,6 +914,55 @@ TEST(CApi, IoErrorStopsRecording) {
       ::testing::ExitedWithCode(0), "io error at step [0-9]+ of 2000");
 }
 
+// A model's weight hash: the files' bytes as one stream, so two files hash as their
+// concatenation does; an unreadable file is an error naming it.
+TEST(CApi, FingerprintFilesHashesTheBytesAsOneStream) {
+  const std::string a = temp_path("w1.bin"), b = temp_path("w2.bin"), ab = temp_path("w12.bin");
+  auto write = [](const std::string& p, const std::string& bytes) {
+    std::FILE* f = std::fopen(p.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+  };
+  std::string big(3u << 20, 'x');  // past the 1 MiB read buffer
+  big[12345] = 'y';
+  write(a, big);
+  write(b, "tail");
+  write(ab, big + "tail");
+  char h2[32], h1[32];
+  const char* two[] = {a.c_str(), b.c_str()};
+  const char* one[] = {ab.c_str()};
+  ASSERT_EQ(llmrr_fingerprint_files(two, 2, h2, sizeof h2), LLMRR_OK) << llmrr_recorder_last_error();
+  ASSERT_EQ(llmrr_fingerprint_files(one, 1, h1, sizeof h1), LLMRR_OK);
+  EXPECT_STREQ(h1, h2);
+  EXPECT_EQ(std::string(h1).rfind("xxh3-64:", 0), 0u) << h1;
+  EXPECT_EQ(std::strlen(h1), 24u);
+  const std::string missing = temp_path("absent.bin");
+  const char* bad[] = {a.c_str(), missing.c_str()};
+  EXPECT_NE(llmrr_fingerprint_files(bad, 2, h1, sizeof h1), LLMRR_OK);
+  EXPECT_NE(std::string(llmrr_recorder_last_error()).find(missing), std::string::npos)
+      << llmrr_recorder_last_error();
+  EXPECT_NE(llmrr_fingerprint_files(two, 2, h1, 8), LLMRR_OK);  // too small for the answer
+  for (const std::string& p : {a, b, ab}) std::remove(p.c_str());
+}
+
+// The flight recorder's setting is checked at open: a ring that is no size or duration is
+// refused with what was expected.
+TEST(CApi, ABadRingIsRefusedAtOpen) {
+  const std::string path = temp_path("badring.trace");
+  llmrr_recorder_config cfg;
+  llmrr_recorder_config_init(&cfg);
+  cfg.vocab = 8;
+  cfg.ring = "12 parsecs";
+  llmrr_recorder* r = nullptr;
+  EXPECT_EQ(llmrr_recorder_open(path.c_str(), &cfg, &r), LLMRR_E_INVALID_ARGUMENT);
+  EXPECT_EQ(r, nullptr);
+  EXPECT_NE(std::string(llmrr_recorder_last_error()).find("expected a size such as 64M"),
+            std::string::npos)
+      << llmrr_recorder_last_error();
+  std::remove(path.c_str());
+}
+
 // Only the C ABI leaves the shared library.
 TEST(CApi, ExportsOnlyTheCAbi) {
   void* lib = ::dlopen(LLMRR_C_LIB, RTLD_NOW | RTLD_LOCAL);
@@ -925,7 +974,7 @@ TEST(CApi, ExportsOnlyTheCAbi) {
         "llmrr_recorder_record_token", "llmrr_recorder_record_finish", "llmrr_recorder_end_step",
         "llmrr_recorder_last_error", "llmrr_recorder_status", "llmrr_recorder_wants_rows",
         "llmrr_recorder_config_init", "llmrr_recorder_config_init_sized", "llmrr_error_name", "llmrr_recorder_abi_version",
-        "llmrr_recorder_mark_lossy", "llmrr_recorder_discard_step"}) {
+        "llmrr_recorder_mark_lossy", "llmrr_recorder_discard_step", "llmrr_fingerprint_files"}) {
     EXPECT_NE(::dlsym(lib, name), nullptr) << name;
   }
   for (const char* hidden : {"_ZN5llmrr9recording15base_run_headerEv",

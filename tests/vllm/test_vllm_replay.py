@@ -12,6 +12,7 @@ the recording and a smallest set of co-requests that reproduces its recorded log
 an independent replay of just those requests confirms."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import unittest
@@ -81,6 +82,20 @@ class VllmReplay(unittest.TestCase):
         self.assertEqual(rc, 2, out)
         self.assertIn("model hidden: the trace says 128, %s has 256" % OTHER, out)
         self.assertIn("--force replays anyway", out)
+        # The same shapes, other weights (one byte of the last tensor changed): the header's
+        # weight hash tells them apart.
+        changed = os.path.join(WORK, "tiny-llama-changed")
+        shutil.rmtree(changed, ignore_errors=True)
+        shutil.copytree(MODEL, changed)
+        st = sorted(f for f in os.listdir(changed) if f.endswith(".safetensors"))[-1]
+        with open(os.path.join(changed, st), "r+b") as f:
+            f.seek(-1, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_END)
+            f.write(bytes([b[0] ^ 1]))
+        rc, out = llmrr("replay", "--runtime", "vllm", self.traces["staggered"], "--model", changed)
+        self.assertEqual(rc, 2, out)
+        self.assertIn("the weights' hash: the trace says xxh3-64:", out)
         rc, out = llmrr("replay", "--runtime", "vllm", os.path.join(WORK, "none.trace"),
                         "--model", MODEL)
         self.assertEqual(rc, 2, out)

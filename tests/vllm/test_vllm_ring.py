@@ -107,6 +107,14 @@ class VllmRing(unittest.TestCase):
             i = self.prompts.index(a["prompt"])
             self.assertEqual(self.tokens[i][:len(a["history"])], a["history"])
 
+    def test_the_header_holds_the_weights_hash(self):
+        from llmrr.core import _lib
+        h = [r for r in self.records if r.get("type") == "header"][0]
+        files = sorted(glob.glob(os.path.join(MODEL, "*.safetensors")))
+        self.assertTrue(files)
+        self.assertRegex(h["weight_hash"], r"^xxh3-64:[0-9a-f]{16}$")
+        self.assertEqual(h["weight_hash"], _lib.weight_hash(files))
+
     def test_the_snapshot_is_a_closed_trace(self):
         self.assertTrue(os.path.exists("ring.trace.snapshot-1"), os.listdir("."))
         rc, out = llmrr("verify", "ring.trace.snapshot-1")

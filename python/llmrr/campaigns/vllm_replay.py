@@ -45,7 +45,7 @@ import numpy as np
 from ..core import _json, _lib
 from ..core.reader import Trace
 from ..core.reader import open as open_trace
-from ..runtimes.vllm import ENV_TRACE, PRODUCER
+from ..runtimes.vllm import ENV_TRACE, PRODUCER, weight_hash_of
 
 PROG = "llmrr.campaigns.vllm_replay"
 # A step's batch, one segment a request in row order: (request, start, count, kind, sample),
@@ -209,6 +209,11 @@ def check_compat(rec: Recorded, model: str, force: bool) -> list[str]:
     for key, (recorded, here) in want.items():
         if recorded not in (None, 0, "") and here is not None and recorded != here:
             refusals.append("model %s: the trace says %r, %s has %r" % (key, recorded, model, here))
+    if m.get("weight_hash"):
+        here_hash = weight_hash_of(model)
+        if here_hash and here_hash != m["weight_hash"]:
+            refusals.append("the weights' hash: the trace says %s, %s has %s (other weights)"
+                            % (m["weight_hash"], model, here_hash))
     import torch
     import vllm
     if rec.extra.get("vllm") and rec.extra["vllm"] != vllm.__version__:

@@ -199,6 +199,8 @@ def _declare(L: ctypes.CDLL) -> None:
         "llmrr_recorder_record_rows": (ctypes.c_int, [h, cp, vp, i32, i64, i64, i64, vp]),
         "llmrr_recorder_record_fingerprints": (ctypes.c_int, [h, cp, vp, vp, vp, i64, i64, vp]),
         "llmrr_fingerprint_mixsum64": (u64, [vp, i64]),
+        "llmrr_fingerprint_files": (ctypes.c_int, [ctypes.POINTER(cp), ctypes.c_size_t,
+                                                   ctypes.c_char_p, ctypes.c_size_t]),
         "llmrr_recorder_record_routing": (ctypes.c_int, [h, ctypes.POINTER(Routing)]),
         "llmrr_recorder_record_logits": (ctypes.c_int, [h, u64, i32, i64, vp, i32, i64]),
         "llmrr_recorder_record_token": (ctypes.c_int, [h, u64, i32, i32, ctypes.c_double]),
@@ -254,6 +256,18 @@ def torch_dtypes() -> dict[Any, int]:
         _torch_dtypes = {torch.float32: DTYPE_F32, torch.bfloat16: DTYPE_BF16,
                          torch.float16: DTYPE_F16}
     return _torch_dtypes
+
+
+def weight_hash(paths: list[str]) -> str:
+    """A model's weights as a run header's weight_hash ("xxh3-64:<hex>" of the files' bytes,
+    in the order given, as one stream: llmrr_fingerprint_files)."""
+    L = lib()
+    arr = (ctypes.c_char_p * len(paths))(*[p.encode() for p in paths])
+    out = ctypes.create_string_buffer(32)
+    rc = L.llmrr_fingerprint_files(arr, len(paths), out, len(out))
+    if rc != 0:
+        raise LlmrrError(rc, L.llmrr_recorder_last_error().decode(errors="replace"))
+    return out.value.decode()
 
 
 def error_name(code: int) -> str:

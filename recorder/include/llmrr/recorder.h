@@ -281,6 +281,12 @@ LLMRR_API int llmrr_recorder_record_fingerprints(llmrr_recorder* recorder, const
  * NULL row with n > 0 returns 0. */
 LLMRR_API uint64_t llmrr_fingerprint_mixsum64(const float* row, int64_t n);
 
+/* ABI 4: a model's weights as config.weight_hash: "xxh3-64:<16 hex>" of the n files' bytes,
+ * read in the order given as one stream, written NUL-terminated to out (out_size >= 25).
+ * LLMRR_OK, or an error (llmrr_recorder_last_error names the file). */
+LLMRR_API int llmrr_fingerprint_files(const char* const* paths, size_t n, char* out,
+                                      size_t out_size);
+
 /* The routing of one MoE layer for every row of the step (routing->rows must equal the
  * step's rows; each layer once per step). */
 LLMRR_API int llmrr_recorder_record_routing(llmrr_recorder* recorder, const llmrr_routing* routing);

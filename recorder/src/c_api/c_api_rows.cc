@@ -1,7 +1,9 @@
 // The C ABI's row calls (llmrr/recorder.h): rows the library fingerprints
 // (llmrr_recorder_record_rows) and rows whose fingerprints the caller made on its device
 // (llmrr_recorder_record_fingerprints).
+#include <cstdio>
 #include <cstring>
+#include <new>
 #include <limits>
 #include <string>
 #include <vector>
@@ -143,6 +145,28 @@ int llmrr_recorder_record_fingerprints(llmrr_recorder* r, const char* site_name,
     r->rec->rows(v);
     return after(r);
   });
+}
+
+int llmrr_fingerprint_files(const char* const* paths, size_t n, char* out, size_t out_size) {
+  static const char* fn = "llmrr_fingerprint_files";
+  try {
+    if (out == nullptr || out_size < 25 || (paths == nullptr && n > 0))
+      return fail_call(ErrorCode::kInvalidArgument,
+                       std::string(fn) + ": expected paths and an out buffer of >= 25 bytes");
+    std::vector<std::string> files;
+    for (size_t i = 0; i < n; ++i) {
+      if (paths[i] == nullptr)
+        return fail_call(ErrorCode::kInvalidArgument,
+                         std::string(fn) + ": path " + std::to_string(i) + " is null");
+      files.emplace_back(paths[i]);
+    }
+    llmrr::Result<std::string> h = llmrr::trace::hash_files(files);
+    if (!h.ok()) return fail_call(h.status().code(), std::string(fn) + ": " + h.status().message());
+    std::snprintf(out, out_size, "%s", h->c_str());
+    return LLMRR_OK;
+  } catch (const std::bad_alloc&) {
+    return fail_call(ErrorCode::kResourceLimit, std::string(fn) + ": out of memory");
+  }
 }
 
 uint64_t llmrr_fingerprint_mixsum64(const float* row, int64_t n) {

@@ -4,6 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "llmrr/format/status.h"
 
 namespace llmrr::trace {
 
@@ -28,6 +32,11 @@ Fingerprint fingerprint_bytes(const void* data, size_t bytes);
 
 // xxh3-64 of raw bytes (seed 0): the hash used everywhere in traces.
 uint64_t hash_bytes(const void* data, size_t bytes);
+
+// A model's weights as a run header's weight_hash: "xxh3-64:<16 hex>" of the files' bytes
+// read in the order given, as one stream (a single GGUF hashes as llama.cpp's recorder
+// hashes it). Errors name the file that cannot be read.
+Result<std::string> hash_files(const std::vector<std::string>& paths);
 
 // The kinds of row hash a trace can hold (EngineConfig::fingerprint); "" means kXxh3.
 inline constexpr const char* kFingerprintXxh3 = "xxh3-64";

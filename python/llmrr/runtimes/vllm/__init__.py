@@ -59,6 +59,33 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from ..._version import __version__
 from .hooks import Hooks, Row, Sink, _warn, patch_router_selection, vllm_router
 
+
+def weight_hash_of(model: str) -> str:
+    """The run header's weight_hash: xxh3-64 of the model's weight files (a directory's
+    *.safetensors, else *.bin / *.pt, in name order; a .gguf file itself), "" when there are
+    none here (a hub id not yet downloaded) or $LLMRR_WEIGHT_HASH=0 (reading every byte of a
+    very large model at start-up is the cost)."""
+    if os.environ.get("LLMRR_WEIGHT_HASH", "1") == "0":
+        return ""
+    import glob
+
+    from ...core import _lib
+    if os.path.isfile(model):
+        files = [model]
+    else:
+        files = []
+        for pattern in ("*.safetensors", "*.bin", "*.pt"):
+            files = sorted(glob.glob(os.path.join(glob.escape(model), pattern)))
+            if files:
+                break
+    if not files:
+        return ""
+    try:
+        return _lib.weight_hash(files)
+    except (OSError, _lib.LlmrrError) as e:
+        _warn("the weights' hash is left empty: %s" % e)
+        return ""
+
 if TYPE_CHECKING:
     from ...core.fingerprint import Pending
     from ...core.recorder import Recorder
@@ -352,6 +379,7 @@ class _StepRecorder(Hooks):
             tool_version="%s %s (vllm %s, torch %s)" % (
                 PRODUCER, ".".join(__version__.split(".")[:2]), vllm_v, torch_v),
             model_name=str(cfg.model_config.model),
+            weight_hash=weight_hash_of(str(cfg.model_config.model)),
             architecture=str(getattr(text, "model_type", "") or ""),
             weight_dtype=dtype, compute_dtype=dtype,
             layers=int(get("num_hidden_layers")), hidden=int(get("hidden_size")),
