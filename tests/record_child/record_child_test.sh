@@ -116,14 +116,22 @@ FAKE_RUNTIME_STEP_US=50 "$llmrr" record-vllm --ring 256K -o "$t" -- "$fake" VLLM
   "$work/ring.ready" >/dev/null 2>"$t.err" &
 pid=$!
 wait_for "$work/ring.ready" 20 || fail "ring: the program never recorded a step: $(cat "$t.err")"
+# Until the ring has turned over a few times (segment 24: three times what it holds, however
+# slow the build, e.g. under ASan), a snapshot at segment 12, at most 120 s.
 max_kb=0
-for i in $(seq 1 40); do
+snapped=0
+for i in $(seq 1 1200); do
   sleep 0.1
   d=$(ls -d "$work"/ring.trace.partial-*.ring 2>/dev/null | head -1)
   [ -n "$d" ] || continue
   kb=$(du -sk --apparent-size "$d" 2>/dev/null | cut -f1)
   [ "${kb:-0}" -gt "$max_kb" ] && max_kb=$kb
-  [ "$i" -eq 20 ] && kill -USR1 "$pid"
+  last=$(ls "$d" 2>/dev/null | sed -n 's/^seg-0*\([0-9][0-9]*\)\.trace$/\1/p' | sort -n | tail -1)
+  if [ "${last:-0}" -ge 12 ] && [ "$snapped" -eq 0 ]; then
+    kill -USR1 "$pid"
+    snapped=1
+  fi
+  [ "${last:-0}" -ge 24 ] && break
 done
 kill -INT "$pid"
 wait_exit "$pid" 10
