@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -19,11 +18,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-std::string segment_path(const std::string& dir, int64_t index) {
-  char name[32];
-  std::snprintf(name, sizeof name, "/seg-%06lld.trace", static_cast<long long>(index));
-  return dir + name;
-}
 
 // A segment is closed at 1/8 of the bound: the ring then holds 7 to 8 eighths of it.
 uint64_t segment_bytes(const RingOptions& r) {
@@ -41,13 +35,25 @@ std::string rank_suffix(const std::string& path) {
 
 }  // namespace
 
+StepRecorder::TriggerId StepRecorder::trigger_id(const std::string& path) {
+  TriggerId id;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    id.exists = true;
+    id.ino = st.st_ino;
+    id.size = static_cast<uint64_t>(st.st_size);
+    id.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  }
+  return id;
+}
+
 Status StepRecorder::open_ring(const trace::RunHeader& header) {
   header_ = header;
   // Chunks of at most a quarter segment: a segment passes its share of the bound by at most
   // one chunk (what is not yet on disk when the size is looked at).
   options_.writer.chunk_target_bytes =
       std::min<size_t>(options_.writer.chunk_target_bytes, segment_bytes(options_.ring) / 4);
-  ring_dir_ = path_ + ".ring";
+  ring_dir_ = ring_folder(path_);
   if (::mkdir(ring_dir_.c_str(), 0755) != 0) {
     const int e = errno;
     return make_error(ErrorCode::kIo,
@@ -58,7 +64,7 @@ Status StepRecorder::open_ring(const trace::RunHeader& header) {
                                        : ""));
   }
   current_segment_ = RingSegment{};
-  current_segment_.path = segment_path(ring_dir_, segment_index_);
+  current_segment_.path = ring_segment(path_, segment_index_);
   segment_began_ = clock::now();
   return Status::Ok();
 }
@@ -97,14 +103,7 @@ Status StepRecorder::after_append(const trace::StepRecord& step) {
   }
   if (!options_.snapshot.trigger.empty() && now >= next_trigger_check_) {
     next_trigger_check_ = now + std::chrono::milliseconds(100);
-    struct stat st {};
-    TriggerId id;
-    if (::stat(options_.snapshot.trigger.c_str(), &st) == 0) {
-      id.exists = true;
-      id.ino = st.st_ino;
-      id.size = static_cast<uint64_t>(st.st_size);
-      id.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-    }
+    const TriggerId id = trigger_id(options_.snapshot.trigger);
     if (id.exists && !(id == trigger_seen_)) {
       trigger_seen_ = id;
       RETURN_IF_ERROR(take_snapshot());
@@ -142,7 +141,7 @@ Status StepRecorder::rotate() {
   }
   ++segment_index_;
   current_segment_ = RingSegment{};
-  current_segment_.path = segment_path(ring_dir_, segment_index_);
+  current_segment_.path = ring_segment(path_, segment_index_);
   segment_began_ = clock::now();
   ASSIGN_OR_RETURN(writer_, trace::TraceWriter::open(current_segment_.path, options_.writer));
   RETURN_IF_ERROR(writer_->append_run_header(header_));

@@ -1,6 +1,10 @@
 #include "llmrr/recording/ring.h"
 
+#include <dirent.h>
+
+#include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -41,6 +45,30 @@ Result<RingOptions> parse_ring(const std::string& spec) {
   }
   if (r.bytes > 0 && r.bytes < (uint64_t{64} << 10)) return bad("at least 64K");
   return r;
+}
+
+std::string ring_folder(const std::string& trace) { return trace + ".ring"; }
+
+std::string ring_segment(const std::string& trace, int64_t index) {
+  char name[32];
+  std::snprintf(name, sizeof name, "/seg-%06lld.trace", static_cast<long long>(index));
+  return ring_folder(trace) + name;
+}
+
+std::vector<std::string> ring_segments(const std::string& trace) {
+  const std::string dir = ring_folder(trace);
+  std::vector<std::string> parts;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return parts;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("seg-", 0) == 0 && name.size() > 10 &&
+        name.compare(name.size() - 6, 6, ".trace") == 0)
+      parts.push_back(dir + "/" + name);
+  }
+  ::closedir(d);
+  std::sort(parts.begin(), parts.end());  // seg-NNNNNN: zero-padded, so in recording order
+  return parts;
 }
 
 std::string describe_ring(const RingOptions& ring) {

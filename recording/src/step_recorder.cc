@@ -125,24 +125,14 @@ Result<std::unique_ptr<StepRecorder>> StepRecorder::open(const std::string& path
     }
   }
 
-  if (options.ring.enabled()) {
-    RETURN_IF_ERROR(rec->open_ring(header));
-    ASSIGN_OR_RETURN(rec->writer_,
-                     trace::TraceWriter::open(rec->current_segment_.path, rec->options_.writer));
-  } else {
-    ASSIGN_OR_RETURN(rec->writer_, trace::TraceWriter::open(path, options.writer));
-  }
+  // With a ring the first segment is written (open_ring names it and sizes its chunks).
+  if (options.ring.enabled()) RETURN_IF_ERROR(rec->open_ring(header));
+  ASSIGN_OR_RETURN(rec->writer_,
+                   trace::TraceWriter::open(options.ring.enabled() ? rec->current_segment_.path : path,
+                                            rec->options_.writer));
   RETURN_IF_ERROR(rec->writer_->append_run_header(header));
-  if (!options.snapshot.trigger.empty()) {
-    // A trigger already there when recording starts asks for nothing: only a change does.
-    struct stat st {};
-    if (::stat(options.snapshot.trigger.c_str(), &st) == 0) {
-      rec->trigger_seen_.exists = true;
-      rec->trigger_seen_.ino = st.st_ino;
-      rec->trigger_seen_.size = static_cast<uint64_t>(st.st_size);
-      rec->trigger_seen_.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-    }
-  }
+  // A trigger already there when recording starts asks for nothing: only a change does.
+  if (!options.snapshot.trigger.empty()) rec->trigger_seen_ = trigger_id(options.snapshot.trigger);
   if (options.background) {
     try {
       StepRecorder* r = rec.get();

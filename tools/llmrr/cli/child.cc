@@ -1,6 +1,5 @@
 #include "cli/child.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -12,10 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 
 #include "cli/cli.h"
 #include "llmrr/format/splice.h"
+#include "llmrr/recording/ring.h"
 #include "llmrr/format/trace_reader.h"
 #include "llmrr/safeio/output.h"
 
@@ -221,18 +220,8 @@ int exec_program(const char* tool, std::vector<std::string> argv) {
 }
 
 void recover_ring(const char* tool, const std::string& trace) {
-  const std::string dir = trace + ".ring";
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return;
-  std::vector<std::string> parts;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.rfind("seg-", 0) == 0 && name.size() > 10 &&
-        name.compare(name.size() - 6, 6, ".trace") == 0)
-      parts.push_back(dir + "/" + name);
-  }
-  ::closedir(d);
-  std::sort(parts.begin(), parts.end());  // seg-NNNNNN: in recording order
+  const std::string dir = recording::ring_folder(trace);
+  const std::vector<std::string> parts = recording::ring_segments(trace);
   if (parts.empty() || has_bytes(trace)) return;
   Result<trace::SpliceReport> joined =
       trace::join_traces(parts, trace, "flight recorder: the recording was stopped before it "

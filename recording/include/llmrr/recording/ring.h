@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "llmrr/format/status.h"
 
@@ -35,6 +36,12 @@ struct RingOptions {
 Result<RingOptions> parse_ring(const std::string& spec);
 // "64 MiB", "10 min", ... (for messages and the lossy reason).
 std::string describe_ring(const RingOptions& ring);
+
+// Where a ring keeps the segments of the trace at `trace`: <trace>.ring/seg-NNNNNN.trace.
+std::string ring_folder(const std::string& trace);
+std::string ring_segment(const std::string& trace, int64_t index);
+// The segments found in that folder, in recording order (empty when there is none).
+std::vector<std::string> ring_segments(const std::string& trace);
 
 struct SnapshotOptions {
   std::string trigger;  // the file whose appearance or change asks for a snapshot ("": none)

@@ -267,6 +267,8 @@ class StepRecorder {
     bool operator==(const TriggerId&) const = default;
   };
   bool ring_on() const { return options_.ring.enabled(); }
+  // The trigger file's identity now (exists, inode, size, mtime): a change asks for a snapshot.
+  static TriggerId trigger_id(const std::string& path);
   // Opens the ring's folder and its first segment (writer_), at open.
   Status open_ring(const trace::RunHeader& header);
   // Before a step is appended: the requests alive at a rotation are carried into it.
