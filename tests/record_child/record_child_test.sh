@@ -157,6 +157,23 @@ out=$("$llmrr" cut "$t" --request cmpl-none -o "$work/ring-cut2.trace" 2>&1)
 [ $? -eq 2 ] && echo "$out" | grep -q "has no request with that id or label" || fail "cut of an unknown request: $out"
 echo "ring: folder at most ${max_kb} KiB of 256, kept $steps steps from $first; snapshot and cut verify"
 
+# A link planted where the trigger goes: SIGUSR1 writes nothing through it, and it is left.
+printf 'keep' >"$work/victim"
+ln -sf "$work/victim" "$work/sym.trace.snap"
+"$llmrr" record-vllm -o "$work/sym.trace" -- "$fake" VLLM 100000 "$work/sym.ready" \
+  >/dev/null 2>"$work/sym.err" &
+pid=$!
+wait_for "$work/sym.ready" 20 || fail "sym: the program never recorded a step"
+kill -USR1 "$pid"
+sleep 0.3
+kill -INT "$pid"
+wait_exit "$pid" 10
+rc=$?
+[ "$rc" -eq 0 ] || fail "sym: exit $rc: $(cat "$work/sym.err")"
+[ "$(cat "$work/victim")" = "keep" ] || fail "SIGUSR1 wrote through a link at the trigger: $(cat "$work/victim")"
+[ -L "$work/sym.trace.snap" ] || fail "the user's link at the trigger was removed"
+ls "$work" | grep -q "sym.trace.snapshot" && fail "a snapshot was taken through a link"
+
 # A program killed while its ring is open: record-vllm joins the segments it left.
 FAKE_RUNTIME_STEP_US=50 "$llmrr" record-vllm --ring 256K -o "$work/ringk.trace" -- "$fake" VLLM 100000 \
   "$work/ringk.ready" >/dev/null 2>"$work/ringk.err" &

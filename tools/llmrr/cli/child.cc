@@ -73,11 +73,15 @@ volatile sig_atomic_t g_child = 0;
 volatile sig_atomic_t g_signal = 0;  // the last signal that came (forwarded or not)
 
 char g_trigger[4096] = {0};  // Child::snapshot_trigger, for on_usr1
+volatile sig_atomic_t g_trigger_written = 0;  // on_usr1 wrote to it (record_child removes it)
 
 void on_usr1(int) {
   const int saved = errno;
-  const int fd = ::open(g_trigger, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // Never through a link, never blocking on a FIFO planted there (a handler must not wait).
+  const int fd =
+      ::open(g_trigger, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   if (fd >= 0) {
+    g_trigger_written = 1;
     // A line more: the file's size changes, whatever the clock's granularity.
     [[maybe_unused]] const ssize_t n = ::write(fd, "snapshot\n", 9);
     ::close(fd);
@@ -129,6 +133,7 @@ Result<int> run_child(const char* tool, Child c) {
   struct sigaction old_usr1 {};
   if (take_usr1) {
     std::memcpy(g_trigger, c.snapshot_trigger.c_str(), c.snapshot_trigger.size() + 1);
+    g_trigger_written = 0;
     struct sigaction sa {};
     sa.sa_handler = on_usr1;
     sa.sa_flags = SA_RESTART;
@@ -284,7 +289,8 @@ int record_child(const RecordedChild& spec) {
   Result<int> ran = run_child(tool, std::move(child));
   if (!ran.ok()) return report(tool, ran.status());
   const int code = *ran;
-  if (!spec.snapshot_trigger.empty()) ::unlink(spec.snapshot_trigger.c_str());
+  // The trigger is removed when this command wrote it (SIGUSR1); one the user made stays.
+  if (!spec.snapshot_trigger.empty() && g_trigger_written) ::unlink(spec.snapshot_trigger.c_str());
   recover_ring(tool, written);
   // The partial file was created empty: nothing in it means no trace (it is removed).
   if (code == 127 && !has_bytes(written)) return 127;
