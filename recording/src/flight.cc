@@ -152,10 +152,15 @@ Status StepRecorder::rotate() {
 }
 
 std::string StepRecorder::ring_reason() const {
-  if (dropped_steps_ == 0) return "";
-  return "flight recorder (ring " + describe_ring(options_.ring) + "): the steps before " +
-         std::to_string(first_kept_step_) + " were dropped (" + std::to_string(dropped_steps_) +
-         " steps); the requests alive then are carried in";
+  // What the ring dropped, then the recording's own first lossy reason.
+  std::string reason;
+  if (dropped_steps_ > 0)
+    reason = "flight recorder (ring " + describe_ring(options_.ring) + "): the steps before " +
+             std::to_string(first_kept_step_) + " were dropped (" +
+             std::to_string(dropped_steps_) + " steps); the requests alive then are carried in";
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!lossy_reason_.empty()) reason += (reason.empty() ? "" : "; ") + lossy_reason_;
+  return reason;
 }
 
 Status StepRecorder::take_snapshot() {
@@ -175,11 +180,7 @@ Status StepRecorder::take_snapshot() {
       (options_.snapshot.output.empty() ? path_ : options_.snapshot.output + rank_suffix(path_)) +
       ".snapshot-";
   const std::string tmp = base + "partial-" + std::to_string(::getpid());
-  std::string reason = ring_reason();
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!lossy_reason_.empty()) reason += (reason.empty() ? "" : "; ") + lossy_reason_;
-  }
+  const std::string reason = ring_reason();
   Result<trace::SpliceReport> joined = trace::join_traces(parts, tmp, reason, options_.writer);
   if (!joined.ok()) {
     ::unlink(tmp.c_str());
@@ -214,8 +215,7 @@ Status StepRecorder::finish_ring() {
   }
   std::vector<std::string> parts;
   for (const RingSegment& s : segments_) parts.push_back(s.path);
-  std::string reason = ring_reason();
-  if (!lossy_reason_.empty()) reason += (reason.empty() ? "" : "; ") + lossy_reason_;
+  const std::string reason = ring_reason();
   Result<trace::SpliceReport> joined = trace::join_traces(parts, path_, reason, options_.writer);
   if (!joined.ok()) {
     // The segments stay: nothing recorded is lost (llmrr join can put them together).

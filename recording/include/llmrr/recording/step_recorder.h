@@ -280,6 +280,7 @@ class StepRecorder {
   Status take_snapshot();
   // At close: the current segment closed, the segments kept joined into path_.
   Status finish_ring();
+  // The lossy reason of a joined trace: what the ring dropped, then the recording's own.
   std::string ring_reason() const;
   trace::RunHeader header_;
   std::string ring_dir_;
