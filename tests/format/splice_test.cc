@@ -177,6 +177,24 @@ TEST(Splice, CutKeepsTheRequestsLifeAndCarriesTheRunningOnesIn) {
   EXPECT_TRUE(carried_summary);
 }
 
+TEST(Splice, WholeLivesStartsWhereNoRequestIsCarried) {
+  TempFile in("cut-whole-in"), out("cut-whole-out"), late("cut-whole-late");
+  write_part(in.path, 0, 10, false);
+  CutSpec spec;
+  spec.request = 2;  // arrives at 3 while request 1 (0..6) runs: back to 0
+  spec.whole_lives = true;
+  Result<SpliceReport> rep = cut_request(in.path, spec, out.path);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_EQ(rep->first_step, 0);
+  EXPECT_EQ(rep->last_step, 8);
+  EXPECT_EQ(rep->carried, 0);
+  spec.request = 3;  // arrives at 7 while 2 (3..8) runs, which arrived while 1 ran
+  rep = cut_request(in.path, spec, late.path);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_EQ(rep->first_step, 0);
+  EXPECT_EQ(rep->carried, 0);
+}
+
 TEST(Splice, CutOfAnUnknownRequestNamesTheOnesThere) {
   TempFile in("cut-unknown"), out("cut-unknown-out");
   write_part(in.path, 0, 10, false);

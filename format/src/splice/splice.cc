@@ -160,22 +160,31 @@ Status extend_to_whole_lives(const TraceReader& r, int64_t* from) {
     for (const TokenRecord& t : s.tokens) lives[t.request].sequence.push_back(t.token);
     for (const FinishRecord& f : s.finishes) lives[f.request].finish = s.step;
   }
-  auto donor = [&](size_t k) -> const Life* {  // whose KV request order[k] reuses
+  // The arrival of the request whose KV each one's prompt-cache hit reuses (-1: none), found
+  // once: the last earlier request of its label, else the last earlier one whose sequence
+  // starts with the reused prefix.
+  std::vector<int64_t> donor(order.size(), -1);
+  std::map<std::string, int64_t> last_of_label;
+  for (size_t k = 0; k < order.size(); ++k) {
     const Life& q = lives[order[k]];
     const size_t c = static_cast<size_t>(q.first_cached);
-    for (size_t j = k; j-- > 0;) {
-      const Life& p = lives[order[j]];
-      if (!q.label.empty() && p.label == q.label) return &p;
+    if (c > 0) {
+      if (auto it = last_of_label.find(q.label); !q.label.empty() && it != last_of_label.end()) {
+        donor[k] = it->second;
+      } else {
+        for (size_t j = k; j-- > 0;) {
+          const Life& p = lives[order[j]];
+          if (p.sequence.size() >= c && q.sequence.size() >= c &&
+              std::equal(q.sequence.begin(), q.sequence.begin() + static_cast<std::ptrdiff_t>(c),
+                         p.sequence.begin())) {
+            donor[k] = p.arrival;
+            break;
+          }
+        }
+      }
     }
-    for (size_t j = k; j-- > 0;) {
-      const Life& p = lives[order[j]];
-      if (p.sequence.size() >= c && q.sequence.size() >= c &&
-          std::equal(q.sequence.begin(), q.sequence.begin() + static_cast<std::ptrdiff_t>(c),
-                     p.sequence.begin()))
-        return &p;
-    }
-    return nullptr;
-  };
+    if (!q.label.empty()) last_of_label[q.label] = q.arrival;
+  }
   const int64_t start = std::max<int64_t>(r.first_step(), 0);
   for (bool moved = true; moved;) {
     moved = false;
@@ -183,8 +192,7 @@ Status extend_to_whole_lives(const TraceReader& r, int64_t* from) {
       const Life& q = lives[order[k]];
       int64_t need = *from;
       if (q.arrival < *from && (q.finish < 0 || q.finish >= *from)) need = q.arrival;
-      if (q.arrival >= *from && q.first_cached > 0)
-        if (const Life* p = donor(k); p != nullptr && p->arrival < *from) need = p->arrival;
+      if (q.arrival >= *from && donor[k] >= 0 && donor[k] < *from) need = donor[k];
       need = std::max(need, start);
       if (need < *from) {
         *from = need;
