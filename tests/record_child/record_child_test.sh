@@ -112,6 +112,7 @@ echo "record-llamacpp around a program that stops at a second SIGINT: exit $rc i
 # at -o holds the last steps, says what was dropped, and carries the running request in; the
 # request cut out of it (by its id) is the same steps.
 t="$work/ring.trace"
+printf 'an earlier snapshot' >"$work/ring.trace.snapshot-1"  # never replaced: the next is -2
 FAKE_RUNTIME_STEP_US=50 "$llmrr" record-vllm --ring 256K -o "$t" -- "$fake" VLLM 100000 \
   "$work/ring.ready" >/dev/null 2>"$t.err" &
 pid=$!
@@ -147,14 +148,18 @@ steps=$(echo "$v" | sed -n 's/.* \([0-9][0-9]*\) steps.*/\1/p')
 [ "${first:-0}" -gt "${steps:-0}" ] || fail "ring: kept $steps steps from step $first: expected most dropped"
 "$llmrr" inspect "$t" 2>&1 | grep -q "carried in (it arrived earlier) at step $first," ||
   fail "ring: the running request is not carried in: $("$llmrr" inspect "$t" 2>&1 | grep -A2 '^requests')"
-snap=$(ls "$work" | grep "^ring.trace.snapshot-1$")
+snap=$(ls "$work" | grep "^ring.trace.snapshot-2$")
 [ -n "$snap" ] || fail "ring: SIGUSR1 wrote no snapshot ($(ls "$work" | grep ring))"
-"$llmrr" verify "$work/ring.trace.snapshot-1" >/dev/null 2>&1 || fail "ring: the snapshot does not verify"
+"$llmrr" verify "$work/ring.trace.snapshot-2" >/dev/null 2>&1 || fail "ring: the snapshot does not verify"
+[ "$(cat "$work/ring.trace.snapshot-1")" = "an earlier snapshot" ] || fail "ring: a snapshot replaced an earlier file"
 ls "$work" | grep -q "ring.trace.partial\|ring.trace.snap$" && fail "ring: left behind: $(ls "$work" | grep ring)"
 c=$("$llmrr" cut "$t" --request 1 -o "$work/ring-cut.trace" 2>&1) || fail "cut: $c"
 echo "$c" | grep -q "request 1, steps $first\.\.[0-9]* ($steps steps), 1 requests (1 carried in)" || fail "cut: $c"
 out=$("$llmrr" cut "$t" --request cmpl-none -o "$work/ring-cut2.trace" 2>&1)
 [ $? -eq 2 ] && echo "$out" | grep -q "has no request with that id or label" || fail "cut of an unknown request: $out"
+out=$("$llmrr" join "$work/record-vllm-INT.trace" "$work/record-vllm-TERM.trace" -o "$work/j.trace" 2>&1)
+[ $? -eq 2 ] && echo "$out" | grep -q "not parts of one run" || fail "join of two runs: $out"
+[ -e "$work/j.trace" ] && fail "join of two runs left -o"
 echo "ring: folder at most ${max_kb} KiB of 256, kept $steps steps from $first; snapshot and cut verify"
 
 # A link planted where the trigger goes: SIGUSR1 writes nothing through it, and it is left.
