@@ -320,6 +320,7 @@ void ChunkBuilder::add_step(const StepRecord& s, KindCounters* kc) {
       b.add_full(&full);
       b.add_margin(l.margin);
       b.add_blob(l.blob);
+      if (l.logsumexp) b.add_logsumexp(*l.logsumexp);
       v.push_back(b.Finish());
     }
     logits = fbb_.CreateVector(v);

@@ -433,6 +433,8 @@ std::string ChunkDecoder::decode(size_t i, StepRecord* out, bool skip_payload) {
         x.full = Fingerprint{};
       x.margin = l->margin();
       x.blob = l->blob();
+      x.logsumexp.reset();
+      if (const auto lse = l->logsumexp(); lse.has_value()) x.logsumexp = *lse;
     }
   } else {
     out->logits.clear();

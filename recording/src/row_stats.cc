@@ -267,4 +267,39 @@ void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) {
   }
 }
 
+namespace {
+
+// exp(r) for r <= 0 in fp64: r = k ln2 + f with |f| <= ln2/2 (Cody-Waite, ln2 in two parts),
+// a degree-13 Taylor polynomial in Horner form (error < 1e-16 there), scaled by 2^k.
+double exp_nonpositive(double r) {
+  if (r < -745.0) return 0.0;  // below the smallest subnormal
+  constexpr double kLog2e = 1.4426950408889634;
+  constexpr double kLn2Hi = 0.693147180369123816490;   // ln2's top bits: k * hi is exact
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  const double k = std::nearbyint(r * kLog2e);
+  const double f = (r - k * kLn2Hi) - k * kLn2Lo;
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  constexpr double kInvFact[13] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
+                                   1.0 / 362880.0,    1.0 / 40320.0,    1.0 / 5040.0,
+                                   1.0 / 720.0,       1.0 / 120.0,      1.0 / 24.0,
+                                   1.0 / 6.0,         0.5,              1.0,
+                                   1.0};
+  for (double c : kInvFact) p = p * f + c;
+  return std::ldexp(p, static_cast<int>(k));
+}
+
+}  // namespace
+
+std::optional<double> logsumexp(const float* x, int64_t n, float max) {
+  if (n <= 0 || !std::isfinite(max)) return std::nullopt;
+  const double m = max;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - m;
+    if (d != d) return std::nullopt;  // a NaN the max did not see
+    sum += exp_nonpositive(d);
+  }
+  return m + std::log(sum);  // sum is in [1, n]: log's own rounding is ~1 ulp of a small value
+}
+
 }  // namespace llmrr::recording::internal

@@ -6,11 +6,18 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace llmrr::recording::internal {
 
 // Identical to kernels::topk(x, n, k, ids, values): the k entries that rank first (larger
 // value, then lower id; NaN after every number), in rank order.
 void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values);
+
+// ln Σ exp(x[i]) in fp64, given max = the row's largest value (top_k's first), with llmrr's
+// own exp (no libm, whose ifunc variants may differ by CPU) and a serial sum: the same bits on
+// every machine. Relative error ~1e-15. nullopt when max is not finite (a NaN, +inf or an
+// all -inf row): no log-prob is defined then.
+std::optional<double> logsumexp(const float* x, int64_t n, float max);
 
 }  // namespace llmrr::recording::internal

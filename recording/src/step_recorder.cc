@@ -317,6 +317,7 @@ void StepRecorder::logits(const LogitsView& v) {
   rec.top_values.clear();
   rec.full = {};
   rec.margin = 0.0f;
+  rec.logsumexp.reset();
   rec.blob = -1;
   internal::PendingLogits p;
   p.index = slot.step.logits.size();
@@ -524,6 +525,7 @@ void StepRecorder::complete_and_append(internal::StepSlot& slot) {
       rec.top_values.resize(static_cast<size_t>(k));
       internal::top_k(row, p.vocab, k, rec.top_ids.data(), rec.top_values.data());
       rec.margin = k >= 2 ? rec.top_values[0] - rec.top_values[1] : 0.0f;
+      rec.logsumexp = internal::logsumexp(row, p.vocab, rec.top_values[0]);
       // The margin needs the top two; keep only as many as asked for.
       rec.top_ids.resize(static_cast<size_t>(std::min<int64_t>(options_.top_k, k)));
       rec.top_values.resize(rec.top_ids.size());

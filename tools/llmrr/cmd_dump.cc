@@ -126,7 +126,8 @@ json step_json(const StepRecord& s) {
                   {"top_values", l.top_values},
                   {"full", fp_json(l.full)},
                   {"margin", l.margin},
-                  {"blob", l.blob}});
+                  {"blob", l.blob},
+                  {"logsumexp", l.logsumexp ? json(*l.logsumexp) : json(nullptr)}});
   j["logits"] = lg;
   json t = json::array();
   for (const TokenRecord& x : s.tokens)

@@ -154,7 +154,8 @@ Result<TableSet> read_tables(const trace::TraceReader& r, int64_t first, int64_t
                                   {"l2", "f32"},
                                   {"max_abs", "f32"},
                                   {"blob", "i64"},
-                                  {"top_count", "i32"}});
+                                  {"top_count", "i32"},
+                                  {"logsumexp", "f64"}});  // NaN: not recorded (before 1.5)
   Table& topk =
       add("logits_topk", Table{{"logit", "i64"}, {"rank", "i32"}, {"id", "i32"}, {"value", "f32"}});
   Table& tok = add("tokens", Table{{"step", "i64"},
@@ -321,6 +322,7 @@ Result<TableSet> read_tables(const trace::TraceReader& r, int64_t first, int64_t
         lg[8].push(l.full.max_abs);
         lg[9].push(l.blob);
         lg[10].push(static_cast<int32_t>(l.top_ids.size()));
+        lg[11].push(l.logsumexp.value_or(std::numeric_limits<double>::quiet_NaN()));
         ++lg.rows;
         for (size_t k = 0; k < l.top_ids.size(); ++k) {
           topk[0].push(logit_index);

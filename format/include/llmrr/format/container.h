@@ -38,7 +38,9 @@ inline constexpr uint16_t kFormatMajor = 1;
 // columns after the FlatBuffer (format/src/columns.h); the FlatBuffer schema is unchanged.
 // 1.4: Request.carried / history and RequestSummary.carried: requests carried into a trace cut
 // from a longer run (the flight recorder's ring, llmrr cut).
-inline constexpr uint16_t kFormatMinor = 4;
+// 1.5: Logits.logsumexp: ln Σ exp over the whole row, so a token's log-prob is exact (the
+// rollout-versus-trainer comparison, llmrr mismatch).
+inline constexpr uint16_t kFormatMinor = 5;
 
 inline constexpr unsigned char kFileMagic[8] = {0x89, 'L', 'L', 'M', 'R', 'R', '\r', '\n'};
 inline constexpr unsigned char kFrameMagic[4] = {'L', 'R', 'F', 'M'};

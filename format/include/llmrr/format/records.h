@@ -195,6 +195,9 @@ struct LogitsRecord {
   Fingerprint full;     // fingerprint_row of the whole vocab row
   float margin = 0.0f;  // top1 − top2
   int64_t blob = -1;    // full logits as a tensor blob id, or -1
+  // ln Σ exp(logit) over the whole row in fp64 (format 1.5; absent in older traces and when
+  // a row holds NaN): a token's log-prob is its logit minus this (logprob_of below).
+  std::optional<double> logsumexp;
   bool operator==(const LogitsRecord&) const = default;
 };
 
