@@ -27,8 +27,10 @@ int run_diff_command(int argc, char** argv) {
   std::string align = "params";
   app.add_option("--align", align,
                  "pair requests by 'params' (prompt hash + the sampling params that can change "
-                 "the output; the default), 'prompt' (prompt hash alone) or 'ids' (request id)")
-      ->check(CLI::IsMember({"params", "prompt", "ids"}));
+                 "the output; the default), 'prompt' (prompt hash alone), 'ids' (request id) or "
+                 "'tokens' (prompt + completion: a rollout against a trainer's forward over the "
+                 "same tokens, compared position by position whatever the steps)")
+      ->check(CLI::IsMember({"params", "prompt", "ids", "tokens"}));
   app.add_option("--request", request,
                  "compare one request: R (the same id in both) or RA:RB (explicit ids)");
   app.add_option("--model", o.model,
@@ -43,6 +45,7 @@ int run_diff_command(int argc, char** argv) {
       "  llmrr diff alone.trace loaded.trace\n"
       "  llmrr diff a.trace b.trace --request 3 --json\n"
       "  llmrr diff a.trace b.trace --align ids   # request k of A against request k of B\n"
+      "  llmrr diff rollout.trace trainer.trace --align tokens  # same tokens, any steps\n"
       "  llmrr diff bug.llmrr                     # a bundle of two traces\n"
       "\n"
       "Exit codes: 0 identical, 1 the runs differ, 2 bad input or nothing in common (the\n"
@@ -55,6 +58,7 @@ int run_diff_command(int argc, char** argv) {
   }
   o.align = align == "ids"      ? replay::AlignBy::kIds
             : align == "prompt" ? replay::AlignBy::kPrompt
+            : align == "tokens" ? replay::AlignBy::kTokens
                                 : replay::AlignBy::kPromptAndParams;
   if (o.continuation < 0 || o.continuation > 4096) {
     return cli::report("diff",

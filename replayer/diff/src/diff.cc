@@ -153,6 +153,7 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
     }
   } else {
     rep.alignment = align_by_name(o.align);
+    matcher.pair_held();  // --align tokens pairs here, once both scans are done
     rep.only_a = matcher.unmatched(0);
     rep.only_b = matcher.unmatched(1);
   }
@@ -161,7 +162,7 @@ Result<DiffReport> diff_traces(const std::string& a_path, const std::string& b_p
     return make_error(ErrorCode::kInvalidArgument,
                       "nothing to compare: no request of " + a_path + " matches one of " +
                           b_path + " by " + rep.alignment + ": " + matcher.why_unmatched() +
-                          " (--align prompt|ids, or --request RA:RB, pairs them anyway)");
+                          " (--align prompt|ids|tokens, or --request RA:RB, pairs them anyway)");
   }
 
   uint64_t ha = 0, hb = 0;

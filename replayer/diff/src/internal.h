@@ -61,7 +61,14 @@ struct ReqSummary {
   std::vector<SampleInfo> samples;  // by position of the sampled row
   std::vector<int32_t> tokens;      // by position the token occupies; -1 = none
   int32_t generated = 0;
+
+  // prompt, then the tokens generated after it up to the first gap: the request's sequence.
+  std::vector<int32_t> sequence() const;
 };
+
+// --align tokens: the length over which the two sequences agree when one extends the other
+// and that length covers both prompts, else -1.
+int32_t covering_length(const ReqSummary& a, const ReqSummary& b);
 
 // Receives each request's summary once it is complete: at its finish record, or at the end of
 // the trace for requests still running (truncated traces). Then the summary is gone from the
@@ -174,6 +181,10 @@ class Matcher {
 
   // After both scans: pairs in A's arrival order; the unmatched ids of each side.
   std::vector<PairWork> take_pairs();
+  // After both scans, before unmatched(): pairs what --align tokens held (else nothing).
+  void pair_held() {
+    if (o_.align == AlignBy::kTokens && !o_.request) pair_by_tokens();
+  }
   std::vector<RequestId> unmatched(int side) const;
   bool found(int side) const { return found_[side]; }
 
@@ -189,12 +200,15 @@ class Matcher {
   // ids, one key for the one request of each side.
   using Key = std::tuple<AlignKey, uint32_t>;
   Key key_of(int side, const ReqSummary& r) const;
+  // --align tokens: pairs the held summaries once both scans are done.
+  void pair_by_tokens();
 
   const DiffOptions& o_;
   std::mutex mu_;
   std::map<Key, ReqSummary> pending_[2];
   std::vector<PairWork> pairs_;
   bool found_[2] = {false, false};
+  bool tokens_paired_ = false;
 };
 
 // ---- token text (text.cc) -------------------------------------------------------------

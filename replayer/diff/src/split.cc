@@ -89,7 +89,8 @@ Status Explainer::explain(PairWork* w) {
 
 namespace {
 
-void compare_request(const ReqSummary& ra, const ReqSummary& rb, RequestDiff* d) {
+void compare_request(const ReqSummary& ra, const ReqSummary& rb, const DiffOptions& o,
+                     RequestDiff* d) {
   d->a = ra.rec.id;
   d->b = rb.rec.id;
   d->label = ra.rec.label;
@@ -100,7 +101,16 @@ void compare_request(const ReqSummary& ra, const ReqSummary& rb, RequestDiff* d)
   // Requests paired by id (--align ids, --request) may have different prompts: then the runs
   // split at the input, at the first prompt token that differs.
   const std::vector<int32_t>&pa = ra.rec.prompt, &pb = rb.rec.prompt;
-  if (pa != pb) {
+  // --align tokens: the sequences agree over the covering length by construction (one
+  // request's completion is in the other's prompt), so no token splits there; the logits are
+  // compared at every position both sampled below it, from the first.
+  const bool by_tokens = o.align == AlignBy::kTokens && !o.request;
+  const int32_t covered = by_tokens ? covering_length(ra, rb) : -1;
+  if (by_tokens && pa != pb) {
+    d->notes.push_back("paired by tokens over " + std::to_string(covered) + " positions (A's prompt " +
+                       std::to_string(pa.size()) + ", B's " + std::to_string(pb.size()) + ")");
+  }
+  if (pa != pb && !by_tokens) {
     size_t q = 0;
     while (q < pa.size() && q < pb.size() && pa[q] == pb[q]) ++q;
     d->visible_position = static_cast<int32_t>(q);
@@ -109,7 +119,8 @@ void compare_request(const ReqSummary& ra, const ReqSummary& rb, RequestDiff* d)
                        "): the pair was made by id, and the runs split at the input");
   }
   // Visible split: the first token position that differs.
-  const int32_t nt = static_cast<int32_t>(std::min(ra.tokens.size(), rb.tokens.size()));
+  const int32_t nt =
+      by_tokens ? 0 : static_cast<int32_t>(std::min(ra.tokens.size(), rb.tokens.size()));
   for (int32_t p = L; p < nt && d->visible_position < 0; ++p) {
     if (ra.tokens[p] < 0 || rb.tokens[p] < 0) break;
     if (ra.tokens[p] != rb.tokens[p]) {
@@ -119,9 +130,11 @@ void compare_request(const ReqSummary& ra, const ReqSummary& rb, RequestDiff* d)
   }
   // Numerical split: the first sampled row whose logits differ, among rows whose inputs
   // are the same (positions before the visible split).
-  const int32_t limit = d->visible_position >= 0 ? d->visible_position - 1 : INT32_MAX;
+  const int32_t limit = by_tokens                   ? covered - 1
+                        : d->visible_position >= 0 ? d->visible_position - 1
+                                                   : INT32_MAX;
   const int32_t ns = static_cast<int32_t>(std::min(ra.samples.size(), rb.samples.size()));
-  for (int32_t p = std::max(L - 1, 0); p < ns && p <= limit; ++p) {
+  for (int32_t p = by_tokens ? 0 : std::max(L - 1, 0); p < ns && p <= limit; ++p) {
     const SampleInfo &x = ra.samples[p], &y = rb.samples[p];
     if (x.step < 0 || y.step < 0) continue;
     ++d->compared_logits;
@@ -181,7 +194,7 @@ PairWork make_pair_work(const ReqSummary& ra, const ReqSummary& rb, const DiffOp
   PairWork w;
   w.order = ra.arrival_index;
   RequestDiff& d = w.d;
-  compare_request(ra, rb, &d);
+  compare_request(ra, rb, o, &d);
   gather_split_tokens(ra, rb, o, &d);
   // Candidate rows: positions up to the numerical split (or every comparable row when the
   // logits agree) whose digests differ.
@@ -190,6 +203,7 @@ PairWork make_pair_work(const ReqSummary& ra, const ReqSummary& rb, const DiffOp
                                            : INT32_MAX;
   const int32_t n = static_cast<int32_t>(std::min(ra.rows.size(), rb.rows.size()));
   last = std::min(last, n - 1);
+  if (o.align == AlignBy::kTokens && !o.request) last = std::min(last, covering_length(ra, rb) - 1);
   for (int32_t q = 0; q <= last; ++q) {
     const RowInfo &x = ra.rows[q], &y = rb.rows[q];
     if (x.step < 0 || y.step < 0) continue;

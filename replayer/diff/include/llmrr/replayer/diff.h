@@ -41,8 +41,26 @@ enum class AlignBy : uint8_t {
   kPromptAndParams = 0,  // prompt hash + the sampling params that can change the output
   kPrompt = 1,           // prompt hash alone
   kIds = 2,              // request id
+  // Token sequence (prompt + what it generated): A's request is paired with the first B
+  // request (by arrival) whose sequence agrees with it over the shorter one, which covers both
+  // prompts: a rollout (prompt P, completion C) against a trainer's forward over P + C (one
+  // prefill), whatever the steps and chunking. Positions are compared where both hold rows or
+  // logits. Pairing waits for both scans (every summary is held until then).
+  kTokens = 3,
 };
 const char* align_by_name(AlignBy a);  // "prompt hash and sampling params", "prompt hash", ...
+
+// --align tokens' rule: two requests' sequences (prompt + completion) cover each other when
+// they agree over the shorter one and that length covers both prompts. Returns the length,
+// else -1.
+int32_t tokens_cover(const std::vector<int32_t>& seq_a, size_t prompt_a,
+                     const std::vector<int32_t>& seq_b, size_t prompt_b);
+
+// The rows of a padded batch (llmrr.runtimes.torch): one request labelled "padding" of id
+// 2^32 - 1. --align tokens and mismatch pair no such request.
+inline bool is_padding_request(const trace::RequestRecord& r) {
+  return r.id == 0xFFFFFFFFu && r.label == "padding";
+}
 
 struct DiffOptions {
   AlignBy align = AlignBy::kPromptAndParams;
