@@ -31,6 +31,7 @@ const char* describe(std::string_view name) {
       {"record", "run the engine and record every step into a trace"},
       {"replay", "re-execute a trace bit for bit and check everything it recorded"},
       {"diff", "find where two runs split: first token, first layer and op, and why"},
+      {"mismatch", "a rollout against a trainer's forward: per-token log-probs, KL, first site"},
       {"inspect", "summarize a trace: header, requests, steps, sizes per record kind"},
       {"dump", "print a trace's records as text or JSON lines"},
       {"verify", "check a trace's checksums, schema and semantics"},
