@@ -5,6 +5,10 @@ llmrr trace.
     with llmrr.runtimes.torch.record(model, "run.trace", capture="layers"):
         model.generate(input_ids, attention_mask=mask, max_new_tokens=16, do_sample=False)
 
+    # the trainer's recompute of a rollout: one teacher-forced forward, logits at every
+    # completion position (compare with `llmrr mismatch rollout.trace trainer.trace`)
+    llmrr.runtimes.torch.score(model, sequences, "trainer.trace", prompt_lens=[...])
+
 Each forward call of `model` is one step. Its batch composition comes from the input shape
 and the attention mask: row b of the batch is request b of the generate call (ids count on
 across calls), its real tokens (mask 1) are one segment at their positions (counted from the
@@ -123,6 +127,10 @@ class _HookRecorder:
         self.gen_kwargs: dict[str, Any] = {}
         self.max_tokens = 2**31 - 1
         self.patched_generate = False
+        # score(): batch index -> the first position whose logits are recorded (every real
+        # position from there to the one before the last, each the row predicting the next)
+        self.teacher: list[int] | None = None
+        self.scored: dict[int, list[tuple[int, int, int]]] = {}
 
     # ---- setup --------------------------------------------------------------------------
 
@@ -306,6 +314,7 @@ class _HookRecorder:
         self.step += 1
         segments: list[dict[str, int]] = []
         self.sampled = {}
+        self.scored = {}
         arrivals = []
         for b in range(B):
             r = self.requests[b]
@@ -332,6 +341,11 @@ class _HookRecorder:
                                          kind=kind, sample=1 if last else 0))
                     if last:
                         self.sampled[b] = (pos + n - 1, b * T + u - 1, u - 1)
+                    if self.teacher is not None:
+                        first = self.teacher[b] if b < len(self.teacher) else 0
+                        self.scored.setdefault(b, []).extend(
+                            (pos + j, b * T + t + j, t + j) for j in range(n)
+                            if first <= pos + j and (not last or j < n - 1))
                     pos += n
                 else:
                     segments.append(dict(request=PADDING_REQUEST, start=self.pad_pos, count=n,
@@ -359,6 +373,8 @@ class _HookRecorder:
         mnt = kw.get("max_new_tokens", getattr(gc, "max_new_tokens", None) if gc else None)
         # Unknown outside generate (a hand-written decoding loop): no limit.
         self.max_tokens = int(mnt) if mnt is not None and int(mnt) > 0 else 2**31 - 1
+        if self.teacher is not None:
+            self.max_tokens = 1  # a scored sequence generates nothing (score())
         if "eos_token_id" in kw:
             eos = kw["eos_token_id"]
             self.eos = set() if eos is None else \
@@ -459,7 +475,10 @@ class _HookRecorder:
             return
         x = x.detach()
         B, TL, V = x.shape
-        for b, (pos, batch_row, t) in self.sampled.items():
+        rows: list[tuple[int, tuple[int, int, int]]] = \
+            [(b, e) for b, es in self.scored.items() for e in es] if self.teacher is not None \
+            else list(self.sampled.items())
+        for b, (pos, batch_row, t) in rows:
             r = self.requests[b]
             li = t - (self.T - TL)  # transformers keeps only the last TL positions' logits
             if not r["live"] or li < 0:
@@ -489,3 +508,64 @@ def record(model: torch.nn.Module, path: str | None = None, capture: str = "laye
     finally:
         r.detach()
         r.close()
+
+
+def score(model: torch.nn.Module, sequences: Sequence[Sequence[int]], path: str | None = None,
+          prompt_lens: Sequence[int] | None = None, capture: str = "layers", top_k: int = 32,
+          logits: str = "topk", zstd_level: int = 1,
+          label: str | Sequence[str] | None = None) -> list[torch.Tensor]:
+    """The trainer's recompute of a rollout: one teacher-forced forward of `model` over the
+    batch of `sequences` (each prompt + completion, right-padded, with its attention mask),
+    recorded as one step at `path`: each sequence is a request whose prompt is the whole
+    sequence (it generates nothing: max_tokens 1, finished with 0 tokens), its rows at the
+    sites `capture` keeps (the same names and mixsum64 hash as the vLLM plugin and record()),
+    and the logits of every position from prompt_lens[i] - 1 (default 0) to the one before
+    the last: each the row that predicts the next token, with its logsumexp, so `llmrr
+    mismatch ROLLOUT TRAINER` pairs it by tokens with the rollout's request and compares the
+    two log-probs token by token.
+
+    Returns, per sequence, the float32 log-probs of its tokens at those positions (the next
+    token's log_softmax, as a trainer computes them)."""
+    seqs = [[int(t) for t in s] for s in sequences]
+    if not seqs:
+        raise ValueError("llmrr.runtimes.torch.score: no sequences")
+    for i, s in enumerate(seqs):
+        if len(s) < 2:
+            raise ValueError("llmrr.runtimes.torch.score: sequence %d has %d token(s), expected "
+                             "at least 2 (a prompt token and one to score)" % (i, len(s)))
+    if prompt_lens is not None and len(prompt_lens) != len(seqs):
+        raise ValueError("llmrr.runtimes.torch.score: %d prompt_lens for %d sequences"
+                         % (len(prompt_lens), len(seqs)))
+    starts = []
+    for i, s in enumerate(seqs):
+        p = int(prompt_lens[i]) if prompt_lens is not None else 1
+        if not 1 <= p < len(s):
+            raise ValueError("llmrr.runtimes.torch.score: prompt_lens[%d] = %d, expected 1 to %d "
+                             "(the sequence's length - 1)" % (i, p, len(s) - 1))
+        starts.append(p - 1)
+    dev = next(model.parameters()).device
+    T = max(len(s) for s in seqs)
+    ids = torch.zeros((len(seqs), T), dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, :len(s)] = 1
+    r = _HookRecorder(model, path, capture, top_k, logits, zstd_level, label, None)
+    r.teacher = starts
+    try:
+        r.attach()
+        with torch.no_grad():
+            out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev))
+        r._safe(r._finish_all, _lib.FINISH_MAX_TOKENS, None)
+    finally:
+        r.detach()
+        r.close()
+    lg = _tensor(out.logits if hasattr(out, "logits") else out)
+    if lg is None:
+        raise ValueError("llmrr.runtimes.torch.score: the model returned no logits")
+    lp = torch.log_softmax(lg.float(), dim=-1).cpu()
+    result = []
+    for i, s in enumerate(seqs):
+        nxt = torch.tensor(s[starts[i] + 1:], dtype=torch.long)
+        result.append(lp[i, starts[i]:len(s) - 1].gather(-1, nxt[:, None])[:, 0])
+    return result
