@@ -33,24 +33,20 @@ struct Position {
 struct Req {
   trace::RequestRecord rec;
   int64_t arrival = 0;
-  std::vector<int32_t> generated;  // by position; -1 = none
-  std::vector<Position> at;        // by position
+  std::map<int32_t, int32_t> generated;  // position -> token
+  std::map<int32_t, Position> at;  // by position: only those a record names (a hostile trace's
+                                   // far positions cost nothing)
 
   std::vector<int32_t> sequence() const {
     std::vector<int32_t> s = rec.prompt;
-    for (size_t p = rec.prompt.size(); p < generated.size() && generated[p] >= 0; ++p)
-      s.push_back(generated[p]);
+    for (auto it = generated.find(static_cast<int32_t>(rec.prompt.size()));
+         it != generated.end() && it->first == static_cast<int32_t>(s.size()); ++it)
+      s.push_back(it->second);
     return s;
   }
 };
 
 constexpr int32_t kMaxPosition = 1 << 24;
-
-template <typename T>
-T& at_grow(std::vector<T>& v, int32_t i, const T& fill = T()) {
-  if (v.size() <= static_cast<size_t>(i)) v.resize(static_cast<size_t>(i) + 1, fill);
-  return v[static_cast<size_t>(i)];
-}
 
 struct Scanned {
   trace::RunHeader header;
@@ -90,7 +86,7 @@ Result<Scanned> scan(const std::string& path) {
       for (size_t k = 0; k < sr.rows.size(); ++k) {
         const int64_t b = sr.batch_rows.empty() ? static_cast<int64_t>(k) : sr.batch_rows[k];
         if (b < 0 || b >= static_cast<int64_t>(rows.size()) || !rows[b].first) continue;
-        at_grow(rows[b].first->at, rows[b].second).sites.push_back({sr.site, sr.rows[k].hash});
+        rows[b].first->at[rows[b].second].sites.push_back({sr.site, sr.rows[k].hash});
       }
     }
     for (const trace::Routing& ro : s.routing) {
@@ -103,13 +99,13 @@ Result<Scanned> scan(const std::string& path) {
           if (i < ro.chosen.size()) chosen.push_back(ro.chosen[i]);
         }
         std::sort(chosen.begin(), chosen.end());
-        at_grow(rows[b].first->at, rows[b].second).routed[ro.layer] = std::move(chosen);
+        rows[b].first->at[rows[b].second].routed[ro.layer] = std::move(chosen);
       }
     }
     for (trace::LogitsRecord& l : s.logits) {
       auto it = by_id.find(l.request);
       if (it == by_id.end() || l.position < 0 || l.position >= kMaxPosition) continue;
-      Logit& x = at_grow(it->second->at, l.position).logit;
+      Logit& x = it->second->at[l.position].logit;
       x.present = true;
       x.hash = l.full.hash;
       x.lse = l.logsumexp;
@@ -119,11 +115,11 @@ Result<Scanned> scan(const std::string& path) {
     for (const trace::TokenRecord& t : s.tokens) {
       auto it = by_id.find(t.request);
       if (it == by_id.end() || t.position < 0 || t.position >= kMaxPosition) continue;
-      at_grow(it->second->generated, t.position, int32_t{-1}) = t.token;
+      it->second->generated[t.position] = t.token;
     }
   }
   for (auto& r : out.requests)
-    for (Position& p : r->at) std::sort(p.sites.begin(), p.sites.end());
+    for (auto& [pos, p] : r->at) std::sort(p.sites.begin(), p.sites.end());
   return out;
 }
 
@@ -264,10 +260,11 @@ Result<MismatchReport> mismatch_traces(const std::string& a_path, const std::str
     m.prompt_len_b = static_cast<int32_t>(rb.rec.prompt.size());
     m.covered = covered;
     Acc acc;
-    const int32_t n = std::min({covered, static_cast<int32_t>(ra->at.size()),
-                                static_cast<int32_t>(rb.at.size())});
-    for (int32_t p = 0; p < n; ++p) {
-      const Position &x = ra->at[static_cast<size_t>(p)], &y = rb.at[static_cast<size_t>(p)];
+    for (const auto& [p, x] : ra->at) {
+      if (p >= covered) break;
+      auto yit = rb.at.find(p);
+      if (yit == rb.at.end()) continue;
+      const Position& y = yit->second;
       for (const auto& [layer, chosen] : x.routed) {
         auto it = y.routed.find(layer);
         if (it == y.routed.end()) continue;
