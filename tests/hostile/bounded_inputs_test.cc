@@ -150,7 +150,7 @@ TEST(DeepJsonInATrace, TheRecorderAbiWritesNoneOfIt) {
 TEST(RequestsFile, AMillionLinesAreRefusedAtTheCap) {
   // A million requests (40 MB, under the 64 MiB size cap): read whole and parsed before
   // counting, as they once were, they held 800 MB and ran past 15 s; the stream refuses
-  // request 100,001 as it reaches it. Judged by the child's peak memory and CPU time, not the
+  // request 100,001 as it reaches it. Judged by the child's peak memory, not the
   // wall clock, which measures the machine (a CI host once ran 20x slower than usual).
   const std::string p = temp_path("bounded-million.jsonl");
   {
@@ -161,14 +161,12 @@ TEST(RequestsFile, AMillionLinesAreRefusedAtTheCap) {
     rtest::write_file(p, text);
   }
   const std::string out = temp_path("bounded-million.trace");
-  const double cpu0 = test::children_cpu_seconds();
   expect_refused("record --model builtin:tiny-moe --requests " + p + " -o " + out,
                  p + ":" + std::to_string(kMaxRequests + 1) + ":",
                  "more than 100000 requests, expected at most 100000");
+  // Peak memory alone tells the two apart: CPU time does not (0.5 s here, 26 s under ASan).
   const long long rss = test::children_max_rss_bytes();
-  const double cpu = test::children_cpu_seconds() - cpu0;
   EXPECT_LT(rss, 300LL << 20) << rss;  // 56 MB here
-  EXPECT_LT(cpu, 10.0) << cpu;          // 0.5 s here
   EXPECT_NE(::access(out.c_str(), F_OK), 0);
 }
 
