@@ -289,6 +289,41 @@ std::string SemanticChecker::check_step(const StepRecord& s, int64_t blob_count)
              num(l.blob);
   }
 
+  // Op records (1.6).
+  if (s.ops.size() > 65536)
+    return at + "ops: expected at most 65536 records in a step, found " + unum(s.ops.size());
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const OpRecord& o = s.ops[i];
+    auto where = [&] { return at + idx("ops", i) + ": "; };  // built only on failure
+    auto word = [](const std::string& w) {
+      for (char c : w)
+        if (c < 0x21 || c > 0x7e) return false;
+      return true;
+    };
+    if (o.name.empty() || o.name.size() > 128 || !word(o.name))
+      return where() + "name: expected 1..128 bytes of printable ASCII without spaces, found " +
+             unum(o.name.size()) + " bytes";
+    if (o.op.size() > 64 || !word(o.op))
+      return where() + "op: expected at most 64 bytes of printable ASCII without spaces";
+    if (o.layer < -1) return where() + "layer: expected -1 or >= 0, found " + num(o.layer);
+    if (o.layers < 1 || (o.layer == -1 && o.layers != 1) ||
+        int64_t{o.layer} + o.layers > (int64_t{1} << 20))
+      return where() + "layers: expected >= 1 (1 outside the layers) with layer + layers <= " +
+             "2^20, found " + num(o.layers) + " from layer " + num(o.layer);
+    if (o.graph < 0) return where() + "graph: expected >= 0, found " + num(o.graph);
+    if (o.first_row < 0 || o.rows < 0)
+      return where() + "rows: expected first_row >= 0 and rows >= 0, found " + num(o.first_row) +
+             " and " + num(o.rows);
+    if (know_rows && int64_t{o.first_row} + o.rows > rows)
+      return where() + "rows: expected [first_row, first_row + rows) within the step's " +
+             num(rows) + " rows, found [" + num(o.first_row) + ", " +
+             num(int64_t{o.first_row} + o.rows) + ")";
+    if (o.attrs.size() > 4096)
+      return where() + "attrs: expected at most 4096 bytes, found " + unum(o.attrs.size());
+    if (std::string e = op_attrs_problem(o.attrs); !e.empty())
+      return where() + "attrs: " + e;
+  }
+
   // Tokens.
   for (size_t i = 0; i < s.tokens.size(); ++i) {
     const TokenRecord& t = s.tokens[i];

@@ -71,6 +71,7 @@ void KindCounters::add(const KindCounters& o) {
   logits += o.logits;
   tokens += o.tokens;
   finishes += o.finishes;
+  ops += o.ops;
   step_overhead += o.step_overhead;
 }
 
@@ -349,6 +350,29 @@ void ChunkBuilder::add_step(const StepRecord& s, KindCounters* kc) {
   }
   take(&kc->finishes);
 
+  fbs::Offset<fbs::Vector<fbs::Offset<fb::OpRecord>>> ops;
+  if (!s.ops.empty()) {
+    std::vector<fbs::Offset<fb::OpRecord>> v;
+    v.reserve(s.ops.size());
+    for (const OpRecord& o : s.ops) {
+      auto name = fbb_.CreateString(o.name);
+      auto op = opt_string(fbb_, o.op);
+      auto attrs = opt_string(fbb_, o.attrs);
+      fb::OpRecordBuilder b(fbb_);
+      b.add_layer(o.layer);
+      b.add_layers(o.layers);
+      b.add_first_row(o.first_row);
+      b.add_rows(o.rows);
+      b.add_graph(o.graph);
+      b.add_name(name);
+      if (!o.op.empty()) b.add_op(op);
+      if (!o.attrs.empty()) b.add_attrs(attrs);
+      v.push_back(b.Finish());
+    }
+    ops = fbb_.CreateVector(v);
+  }
+  take(&kc->ops);
+
   fb::StepBuilder b(fbb_);
   b.add_step(s.step);
   if (!s.arrivals.empty()) b.add_arrivals(arrivals);
@@ -360,6 +384,7 @@ void ChunkBuilder::add_step(const StepRecord& s, KindCounters* kc) {
   if (!s.logits.empty()) b.add_logits(logits);
   if (!s.tokens.empty()) b.add_tokens(tokens);
   if (!s.finishes.empty()) b.add_finishes(finishes);
+  if (!s.ops.empty()) b.add_ops(ops);
   steps_.push_back(b.Finish());
   take(&kc->step_overhead);
   if (steps_.size() == 1) first_step_ = s.step;
@@ -406,7 +431,8 @@ size_t step_size_bound(const StepRecord& s) {
   for (const Routing& r : s.routing)
     b += 128 + 2 * r.chosen.size() + 2 * r.experts.size() + 4 * r.gates.size() + r.outcome.size();
   for (const LogitsRecord& l : s.logits) b += 128 + 4 * l.top_ids.size() + 4 * l.top_values.size();
-  b += 24 * s.tokens.size() + 16 * s.finishes.size() + 9 * 16;
+  for (const OpRecord& o : s.ops) b += 80 + o.name.size() + o.op.size() + o.attrs.size();
+  b += 24 * s.tokens.size() + 16 * s.finishes.size() + 10 * 16;
   return b;
 }
 

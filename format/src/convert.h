@@ -32,7 +32,7 @@ inline constexpr uint64_t kWriterArrivalCost = uint64_t{1} << 25;
 // Raw FlatBuffer bytes per record kind (for the footer and `llmrr inspect`).
 struct KindCounters {
   uint64_t arrivals = 0, segments = 0, plans = 0, fingerprints = 0, routing = 0, logits = 0,
-           tokens = 0, finishes = 0, step_overhead = 0;
+           tokens = 0, finishes = 0, ops = 0, step_overhead = 0;
   void add(const KindCounters& o);
 };
 

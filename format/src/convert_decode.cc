@@ -460,6 +460,29 @@ std::string ChunkDecoder::decode(size_t i, StepRecord* out, bool skip_payload) {
   } else {
     out->finishes.clear();
   }
+  if (const auto* v = s->ops()) {
+    out->ops.resize(v->size());
+    auto str = [](const flatbuffers::String* x) {
+      return x != nullptr ? std::string(x->data(), x->size()) : std::string();
+    };
+    for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) {
+      const fb::OpRecord* o = v->Get(k);
+      LLMRR_TAKE(8 + (o->name() ? uint64_t{o->name()->size()} : 0) +
+                 (o->op() ? uint64_t{o->op()->size()} : 0) +
+                 (o->attrs() ? uint64_t{o->attrs()->size()} : 0));
+      OpRecord& x = out->ops[k];
+      x.layer = o->layer();
+      x.layers = o->layers();
+      x.first_row = o->first_row();
+      x.rows = o->rows();
+      x.graph = o->graph();
+      x.name = str(o->name());
+      x.op = str(o->op());
+      x.attrs = str(o->attrs());
+    }
+  } else {
+    out->ops.clear();
+  }
 #undef LLMRR_TAKE
   return {};
 }

@@ -193,6 +193,50 @@ void StepRecord::clear() {
   logits.clear();
   tokens.clear();
   finishes.clear();
+  ops.clear();
+}
+
+std::string op_attrs_problem(const std::string& attrs) {
+  std::vector<std::string> keys;
+  size_t i = 0;
+  while (i < attrs.size()) {
+    const size_t end = std::min(attrs.find(' ', i), attrs.size());
+    const std::string pair = attrs.substr(i, end - i);
+    const size_t eq = pair.find('=');
+    if (pair.empty()) return "expected one space between pairs, found two at byte " + std::to_string(i);
+    if (eq == std::string::npos || eq == 0)
+      return "expected key=value, found '" + pair.substr(0, 40) + "'";
+    for (size_t k = 0; k < eq; ++k) {
+      const char c = pair[k];
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.'))
+        return "key '" + pair.substr(0, std::min<size_t>(eq, 40)) +
+               "': expected letters a-z, digits, '_' or '.'";
+    }
+    for (size_t k = eq + 1; k < pair.size(); ++k)
+      if (pair[k] < 0x21 || pair[k] > 0x7e)
+        return "value of '" + pair.substr(0, std::min<size_t>(eq, 40)) +
+               "': expected printable ASCII without spaces";
+    keys.push_back(pair.substr(0, eq));
+    i = end + 1;
+    if (end + 1 == attrs.size()) return "expected no trailing space";
+  }
+  std::sort(keys.begin(), keys.end());
+  for (size_t k = 1; k < keys.size(); ++k)
+    if (keys[k] == keys[k - 1]) return "key '" + keys[k] + "' twice";
+  return {};
+}
+
+std::vector<std::pair<std::string, std::string>> op_attrs(const std::string& attrs) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t i = 0;
+  while (i < attrs.size()) {
+    const size_t end = std::min(attrs.find(' ', i), attrs.size());
+    const std::string pair = attrs.substr(i, end - i);
+    const size_t eq = pair.find('=');
+    if (eq != std::string::npos) out.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
+    i = end + 1;
+  }
+  return out;
 }
 
 uint64_t prompt_hash(const std::vector<int32_t>& prompt) {

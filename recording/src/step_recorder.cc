@@ -364,6 +364,12 @@ void StepRecorder::finish(const trace::FinishRecord& f) {
   LLMRR_STEP_RECORDER_GUARD_END
 }
 
+void StepRecorder::op(trace::OpRecord o) {
+  LLMRR_STEP_RECORDER_GUARD_BEGIN
+  current_->step.ops.push_back(std::move(o));
+  LLMRR_STEP_RECORDER_GUARD_END
+}
+
 void StepRecorder::end_step() {
   LLMRR_STEP_RECORDER_GUARD_BEGIN
   if (!in_step_) return;

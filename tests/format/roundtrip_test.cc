@@ -103,6 +103,69 @@ TEST(Roundtrip, EveryRecordComesBackEqual) {
   EXPECT_EQ(rep.blobs, 2);
 }
 
+// Format 1.6: op records (what a runtime's op ran with) come back equal, in order, with
+// their rows and layer span; the writer refuses a malformed one, naming the field.
+TEST(Roundtrip, OpRecordsComeBackEqualAndAreChecked) {
+  TempFile f("ops");
+  std::vector<StepRecord> steps = SampleRun(7).all();
+  ASSERT_GT(steps.size(), 3u);
+  const int64_t rows1 = steps[1].row_count();
+  ASSERT_GT(rows1, 1);
+  steps[1].ops.push_back({0, 2, 0, static_cast<int32_t>(rows1), 0, "kq", "MUL_MAT",
+                          "src0=f16:64x256x2 src0.view=1 src1=f32:64x3x4 dst=f32:256x3x4"});
+  steps[1].ops.push_back({-1, 1, 0, 0, 1, "graph", "GRAPH", "nodes=904 tokens=3 threads=2"});
+  steps[1].ops.push_back({-1, 1, 0, 0, 0, "result_output", "", ""});
+  steps[3].ops.push_back({1, 1, 0, 1, 0, "attn_norm", "RMS_NORM", "src0=f32:64x1 dst=f32:64x1"});
+  write_trace(f.path, steps);
+  auto r = TraceReader::open(f.path);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->run_header().format_minor, kFormatMinor);
+  const std::vector<StepRecord> expect = sorted_plans(steps);
+  StepRecord got;
+  for (size_t i : {size_t{1}, size_t{2}, size_t{3}}) {
+    Status st = (*r)->read_step(expect[i].step, &got);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(got.ops, expect[i].ops) << "step " << expect[i].step;
+    EXPECT_EQ(got, expect[i]);
+  }
+  VerifyReport rep;
+  EXPECT_TRUE((*r)->verify(&rep).ok());
+  EXPECT_EQ(op_attrs("a=1 b.c=x:2"),
+            (std::vector<std::pair<std::string, std::string>>{{"a", "1"}, {"b.c", "x:2"}}));
+
+  struct Bad {
+    OpRecord op;
+    const char* says;
+  };
+  const std::vector<Bad> bad = {
+      {{0, 1, 0, 0, 0, "", "MUL_MAT", ""}, "name: expected 1..128 bytes"},
+      {{0, 1, 0, 0, 0, "k q", "MUL_MAT", ""}, "name: expected 1..128 bytes"},
+      {{-2, 1, 0, 0, 0, "kq", "", ""}, "layer: expected -1 or >= 0, found -2"},
+      {{-1, 2, 0, 0, 0, "kq", "", ""}, "layers: expected >= 1"},
+      {{0, 0, 0, 0, 0, "kq", "", ""}, "layers: expected >= 1"},
+      {{0, 1, 0, 0, -1, "kq", "", ""}, "graph: expected >= 0, found -1"},
+      {{0, 1, 0, static_cast<int32_t>(rows1) + 1, 0, "kq", "", ""}, "within the step's"},
+      {{0, 1, 0, 0, 0, "kq", "", "a=1  b=2"}, "attrs: expected one space between pairs"},
+      {{0, 1, 0, 0, 0, "kq", "", "a=1 a=2"}, "attrs: key 'a' twice"},
+      {{0, 1, 0, 0, 0, "kq", "", "A=1"}, "attrs: key 'A': expected letters"},
+      {{0, 1, 0, 0, 0, "kq", "", "novalue"}, "attrs: expected key=value"},
+      {{0, 1, 0, 0, 0, "kq", "", "a=1 "}, "attrs: expected no trailing space"},
+  };
+  for (const Bad& b : bad) {
+    TempFile g("ops-bad");
+    auto w = TraceWriter::open(g.path);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->append_run_header(sample_header()).ok());
+    std::vector<StepRecord> s2 = SampleRun(7).all();
+    ASSERT_TRUE((*w)->append_step(s2[0]).ok());
+    s2[1].ops.push_back(b.op);
+    Status st = (*w)->append_step(s2[1]);
+    EXPECT_FALSE(st.ok()) << b.says;
+    EXPECT_NE(st.to_string().find(b.says), std::string::npos) << st.to_string();
+    EXPECT_NE(st.to_string().find("ops[0]"), std::string::npos) << st.to_string();
+  }
+}
+
 TEST(Roundtrip, RandomAccessAcrossManySmallChunks) {
   TempFile f("random");
   std::vector<StepRecord> steps = SampleRun(3, 6, 10).all();

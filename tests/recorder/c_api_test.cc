@@ -454,7 +454,31 @@ TEST(CApi, BadCallsAreRefusedAndRecordingGoesOn) {
   EXPECT_EQ(llmrr_recorder_record_token(r, 6, 3, 1, -1.0), LLMRR_E_INVALID_ARGUMENT);
   EXPECT_EQ(llmrr_recorder_record_token(r, 5, 3, 1, -1.0), LLMRR_OK);
   EXPECT_EQ(llmrr_recorder_record_finish(r, 5, 9, 1), LLMRR_E_INVALID_ARGUMENT);
+  // Op records (format 1.6): each bad one refused, naming what; the good ones kept in order.
+  EXPECT_EQ(llmrr_recorder_record_op(r, 0, 2, 0, 0, 3, "kq", "MUL_MAT", "src1=f32:8x3 dst=f32:4x3"),
+            LLMRR_OK)
+      << llmrr_recorder_last_error();
+  EXPECT_EQ(llmrr_recorder_record_op(r, 0, 1, 0, 0, 4, "kq", "MUL_MAT", nullptr),
+            LLMRR_E_INVALID_ARGUMENT)
+      << "rows past the step's 3";
+  EXPECT_NE(std::string(llmrr_recorder_last_error()).find("outside the step's 3 rows"),
+            std::string::npos)
+      << llmrr_recorder_last_error();
+  EXPECT_EQ(llmrr_recorder_record_op(r, 0, 1, 0, 0, 0, nullptr, nullptr, nullptr),
+            LLMRR_E_INVALID_ARGUMENT);
+  EXPECT_EQ(llmrr_recorder_record_op(r, 0, 1, 0, 0, 0, "a b", nullptr, nullptr),
+            LLMRR_E_INVALID_ARGUMENT);
+  EXPECT_EQ(llmrr_recorder_record_op(r, -1, 3, 0, 0, 0, "kq", nullptr, nullptr),
+            LLMRR_E_INVALID_ARGUMENT);
+  EXPECT_EQ(llmrr_recorder_record_op(r, 0, 1, 0, 0, 0, "kq", nullptr, "x=1 x=2"),
+            LLMRR_E_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(llmrr_recorder_last_error()).find("key 'x' twice"), std::string::npos)
+      << llmrr_recorder_last_error();
+  EXPECT_EQ(llmrr_recorder_record_op(r, -1, 1, 1, 0, 0, "graph", "GRAPH", "nodes=9"), LLMRR_OK);
   EXPECT_EQ(llmrr_recorder_end_step(r), LLMRR_OK);
+  EXPECT_EQ(llmrr_recorder_record_op(r, 0, 1, 0, 0, 0, "kq", nullptr, nullptr),
+            LLMRR_E_INVALID_ARGUMENT)
+      << "no open step";
   EXPECT_EQ(llmrr_recorder_begin_step(r, 0, &seg, 1), LLMRR_E_INVALID_ARGUMENT) << "steps increase";
   EXPECT_EQ(llmrr_recorder_status(r), LLMRR_OK) << "bad calls do not stop recording";
   good_step(r, 1, 5, true);
@@ -476,6 +500,9 @@ TEST(CApi, BadCallsAreRefusedAndRecordingGoesOn) {
   EXPECT_TRUE(s.routing.empty());
   EXPECT_EQ(s.logits.size(), 1u);
   EXPECT_EQ(s.tokens.size(), 1u);
+  ASSERT_EQ(s.ops.size(), 2u);
+  EXPECT_EQ(s.ops[0], (trace::OpRecord{0, 2, 0, 3, 0, "kq", "MUL_MAT", "src1=f32:8x3 dst=f32:4x3"}));
+  EXPECT_EQ(s.ops[1], (trace::OpRecord{-1, 1, 0, 0, 1, "graph", "GRAPH", "nodes=9"}));
 }
 
 // A producer that finds its records wrong says so: mark_lossy keeps recording with the

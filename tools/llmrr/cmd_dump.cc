@@ -142,6 +142,19 @@ json step_json(const StepRecord& s) {
                   {"reason", finish_reason_name(x.reason)},
                   {"generated", x.generated}});
   j["finishes"] = fi;
+  if (!s.ops.empty()) {  // format 1.6; absent when the runtime records none
+    json op = json::array();
+    for (const trace::OpRecord& x : s.ops)
+      op.push_back({{"name", x.name},
+                    {"op", x.op},
+                    {"layer", x.layer},
+                    {"layers", x.layers},
+                    {"graph", x.graph},
+                    {"first_row", x.first_row},
+                    {"rows", x.rows},
+                    {"attrs", x.attrs}});
+    j["ops"] = op;
+  }
   return j;
 }
 
@@ -236,6 +249,13 @@ void print_step_text(const StepRecord& s) {
     std::printf("  finish   req %llu: %s after %d tokens\n",
                 static_cast<unsigned long long>(f.request), finish_reason_name(f.reason),
                 f.generated);
+  for (const trace::OpRecord& o : s.ops) {
+    std::printf("  op       g%d rows %d+%d ", o.graph, o.first_row, o.rows);
+    if (o.layer < 0) std::printf("-");
+    else if (o.layers == 1) std::printf("L%d", o.layer);
+    else std::printf("L%d-%d", o.layer, o.layer + o.layers - 1);
+    std::printf(" %s %s: %s\n", o.name.c_str(), o.op.c_str(), o.attrs.c_str());
+  }
 }
 
 }  // namespace

@@ -402,7 +402,8 @@ Status TraceWriter::Impl::write_footer(const Status& earlier) {
   }
   uint64_t kinds_total = counters_.arrivals + counters_.segments + counters_.plans +
                          counters_.fingerprints + counters_.routing + counters_.logits +
-                         counters_.tokens + counters_.finishes + counters_.step_overhead;
+                         counters_.tokens + counters_.finishes + counters_.ops +
+                         counters_.step_overhead;
   f.kind_bytes = {
       {"run_header", header_raw_},
       {"arrivals", counters_.arrivals},
@@ -418,6 +419,7 @@ Status TraceWriter::Impl::write_footer(const Status& earlier) {
       {"blobs", blob_raw_},
       {"kernels", kernel_raw_},
   };
+  if (counters_.ops > 0) f.kind_bytes.push_back({"ops", counters_.ops});  // 1.6, when present
   Job job;
   job.kind = FrameKind::kFooter;
   detail::build_footer(f, &job.raw);

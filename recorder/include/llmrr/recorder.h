@@ -20,6 +20,7 @@
  *     llmrr_recorder_record_logits(rec, req, pos, row, logits, LLMRR_DTYPE_F32, vocab);
  *     llmrr_recorder_record_token(rec, req, pos + 1, token, -1.0);
  *     llmrr_recorder_record_finish(rec, req, LLMRR_FINISH_MAX_TOKENS, generated);
+ *     llmrr_recorder_record_op(rec, 0, 30, 0, 0, 0, "kq", "MUL_MAT", "src0=f16:64x256"); // optional
  *     llmrr_recorder_end_step(rec);
  *   }
  *   llmrr_recorder_close(rec);                            // footer; frees the handle
@@ -305,6 +306,18 @@ LLMRR_API int llmrr_recorder_record_token(llmrr_recorder* recorder, uint64_t req
 /* A request finished at this step (LLMRR_FINISH_*), having generated `generated` tokens. */
 LLMRR_API int llmrr_recorder_record_finish(llmrr_recorder* recorder, uint64_t request,
                                            int32_t reason, int32_t generated);
+
+/* What one op of the runtime's graph ran with (format 1.6), for runtimes whose reduction
+ * orders llmrr does not set: `diff` compares these at the first differing site and names what
+ * changed. `name` is the runtime's name of the op (1..128 printable bytes, no spaces), `op`
+ * its kind (may be NULL), `attrs` space-separated key=value pairs (keys [a-z0-9_.], values
+ * printable without spaces, at most 4096 bytes; may be NULL). `layer` -1 is outside the
+ * layers; `layers` >= 1 consecutive layers ran it the same way. The op's graph computed
+ * batch rows [first_row, first_row + rows) (rows 0: the whole step); `graph` numbers the
+ * step's graphs (llama.cpp's ubatches) from 0. A bad record is dropped (the trace lossy). */
+LLMRR_API int llmrr_recorder_record_op(llmrr_recorder* recorder, int32_t layer, int32_t layers,
+                                       int32_t graph, int32_t first_row, int32_t rows,
+                                       const char* name, const char* op, const char* attrs);
 
 /* Ends the step and hands it to the recorder's thread, which fingerprints the rows, takes
  * the logits' top-K and appends the step (compression runs on the writer's thread); the

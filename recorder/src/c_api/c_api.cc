@@ -549,6 +549,48 @@ int llmrr_recorder_record_finish(llmrr_recorder* r, uint64_t request, int32_t re
   });
 }
 
+int llmrr_recorder_record_op(llmrr_recorder* r, int32_t layer, int32_t layers, int32_t graph,
+                             int32_t first_row, int32_t rows, const char* name, const char* op,
+                             const char* attrs) {
+  static const char* fn = "llmrr_recorder_record_op";
+  return guarded(r, fn, [&]() -> int {
+    if (!r->in_step) return bad_call(r, fn, "no open step (call llmrr_recorder_begin_step)");
+    if (name == nullptr) return bad_call(r, fn, "name is null");
+    llmrr::trace::OpRecord o;
+    o.layer = layer;
+    o.layers = layers;
+    o.graph = graph;
+    o.first_row = first_row;
+    o.rows = rows;
+    o.name = name;
+    o.op = op != nullptr ? op : "";
+    o.attrs = attrs != nullptr ? attrs : "";
+    const std::string where = "op " + o.name.substr(0, 64);
+    auto word = [](const std::string& w) {
+      for (char c : w)
+        if (c < 0x21 || c > 0x7e) return false;
+      return true;
+    };
+    if (o.name.empty() || o.name.size() > 128 || !word(o.name))
+      return bad_call(r, fn, "name must be 1..128 printable bytes without spaces");
+    if (o.op.size() > 64 || !word(o.op))
+      return bad_call(r, fn, where + ": op must be at most 64 printable bytes without spaces");
+    if (layer < -1 || layers < 1 || (layer == -1 && layers != 1) ||
+        int64_t{layer} + layers > (int64_t{1} << 20))
+      return bad_call(r, fn, where + ": needs layer >= -1, layers >= 1 (1 when layer is -1)");
+    if (graph < 0 || first_row < 0 || rows < 0 || int64_t{first_row} + rows > r->step_rows)
+      return bad_call(r, fn, where + ": rows [" + std::to_string(first_row) + ", " +
+                                 std::to_string(int64_t{first_row} + rows) +
+                                 ") outside the step's " + std::to_string(r->step_rows) +
+                                 " rows (or graph < 0)");
+    if (o.attrs.size() > 4096) return bad_call(r, fn, where + ": attrs over 4096 bytes");
+    if (std::string e = llmrr::trace::op_attrs_problem(o.attrs); !e.empty())
+      return bad_call(r, fn, where + ": attrs: " + e);
+    r->rec->op(std::move(o));
+    return after(r);
+  });
+}
+
 int llmrr_recorder_end_step(llmrr_recorder* r) {
   static const char* fn = "llmrr_recorder_end_step";
   return guarded(r, fn, [&]() -> int {

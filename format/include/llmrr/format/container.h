@@ -40,7 +40,9 @@ inline constexpr uint16_t kFormatMajor = 1;
 // from a longer run (the flight recorder's ring, llmrr cut).
 // 1.5: Logits.logsumexp: ln Σ exp over the whole row, so a token's log-prob is exact (the
 // rollout-versus-trainer comparison, llmrr mismatch).
-inline constexpr uint16_t kFormatMinor = 5;
+// 1.6: Step.ops: what each op of a runtime's graph ran with (llama.cpp's nodes), so a diff names
+// the op-level change at the first differing site.
+inline constexpr uint16_t kFormatMinor = 6;
 
 inline constexpr unsigned char kFileMagic[8] = {0x89, 'L', 'L', 'M', 'R', 'R', '\r', '\n'};
 inline constexpr unsigned char kFrameMagic[4] = {'L', 'R', 'F', 'M'};

@@ -228,6 +228,28 @@ struct RequestRecord {
   bool operator==(const RequestRecord&) const = default;
 };
 
+// What one op of a runtime's graph ran with (format 1.6), recorded by runtimes whose reduction
+// orders llmrr does not set (llama.cpp's graph nodes, vLLM's planned metadata), so that a diff
+// names what changed at the first differing site: a shape, a KV view, a weight layout, a
+// kernel choice. `attrs` is the runtime's own description, checked for its grammar only:
+// space-separated key=value pairs, keys of [a-z0-9_.], values of printable ASCII without
+// spaces, no key twice (op_attrs below splits it).
+struct OpRecord {
+  int32_t layer = -1;     // -1: outside the layers (embedding, output head, the whole graph)
+  int32_t layers = 1;     // consecutive layers from `layer` that ran the op the same way
+  int32_t first_row = 0;  // the batch rows the op's graph computed: [first_row,
+  int32_t rows = 0;       // first_row + rows); rows 0: the whole step
+  int32_t graph = 0;      // which of the step's graphs (llama.cpp: the ubatch), from 0
+  std::string name;       // the runtime's name of the op, e.g. "kq" (llama.cpp node kq-0)
+  std::string op;         // e.g. "MUL_MAT"
+  std::string attrs;      // e.g. "src0=f16:64x256x3 src1=f32:64x1x3"
+  bool operator==(const OpRecord&) const = default;
+};
+
+// attrs split into (key, value) pairs in order; an error names what is wrong.
+std::string op_attrs_problem(const std::string& attrs);
+std::vector<std::pair<std::string, std::string>> op_attrs(const std::string& attrs);
+
 struct FinishRecord {
   uint64_t request = 0;
   FinishReason reason = FinishReason::kMaxTokens;
@@ -259,6 +281,7 @@ struct StepRecord {
   std::vector<LogitsRecord> logits;
   std::vector<TokenRecord> tokens;
   std::vector<FinishRecord> finishes;
+  std::vector<OpRecord> ops;  // format 1.6; in the runtime's order
 
   int64_t row_count() const;  // Σ segments[i].count
   // Binary search in `plans` (which must be sorted by site, as the reader returns it).

@@ -148,6 +148,8 @@ class StepRecorder {
   void logits(const LogitsView& logits);
   void token(const trace::TokenRecord& token);
   void finish(const trace::FinishRecord& finish);
+  // What one op of the runtime's graph ran with (format 1.6; the caller checked it).
+  void op(trace::OpRecord op);
   // Closes the step and hands it over (appended by the recorder's thread, or here).
   void end_step();
 
