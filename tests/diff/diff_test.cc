@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "../common/test_paths.h"
 #include "llmrr/format/trace_reader.h"
+#include "llmrr/format/trace_writer.h"
 #include "llmrr/replayer/diff.h"
 #include "llmrr/replayer/replay.h"
 #include "llmrr/replayer/trace_feed.h"
@@ -453,6 +455,105 @@ TEST(Diff, ChangedBatchCompositionIsNamed) {
     }()) << "B's batch is A's plus the extra request's rows";
   }
   EXPECT_EQ(earliest, 3) << replay::format_diff_story(d);
+}
+
+// Copies a trace with every step passed through `edit` (its header and requests as they were).
+void rewrite(const std::string& in, const std::string& out,
+             const std::function<void(trace::StepRecord&)>& edit) {
+  auto r = trace::TraceReader::open(in);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto w = trace::TraceWriter::open(out);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  ASSERT_TRUE((*w)->append_run_header((*r)->run_header()).ok());
+  trace::StepCursor c = (*r)->steps();
+  trace::StepRecord s;
+  for (;;) {
+    auto more = c.next(&s);
+    ASSERT_TRUE(more.ok()) << more.status().to_string();
+    if (!*more) break;
+    edit(s);
+    Status st = (*w)->append_step(s);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  ASSERT_TRUE((*w)->close().ok());
+}
+
+// A runtime that records what its ops ran with (format 1.6 op records; llama.cpp's shim does)
+// and no plans: the diff compares the op records of the first differing site's layer for the
+// row and names the ones that changed, key by key; records that are the same, or that do not
+// cover that layer, or another graph's rows, are not named. Planted: a matmul whose src1 has
+// one row per batch row (what llama.cpp's graph records), an unchanged norm, a graph record.
+TEST(Diff, PlantedOpRecordsAreNamed) {
+  const LoadedModel& m = builtin("tiny-dense");
+  const std::vector<RequestSpec> all = rtest::target_and_load(m, "Op records", 10, 4);
+  RunSpec alone, loaded;
+  alone.requests = target_only(all);
+  loaded.requests = all;
+  Recorded a = record(m, alone, temp_path("ops-alone.trace"));
+  Recorded b = record(m, loaded, temp_path("ops-load.trace"));
+  ASSERT_TRUE(a.ok && b.ok);
+  const int32_t layers = m.config.layers;
+  ASSERT_GE(layers, 2);
+  auto plant = [&](trace::StepRecord& s) {
+    s.plans.clear();  // a runtime whose reduction orders llmrr does not set
+    const int32_t rows = static_cast<int32_t>(s.row_count());
+    const std::string n = std::to_string(rows);
+    s.ops.push_back({0, layers, 0, rows, 0, "kq", "MUL_MAT",
+                     "src0=f16:16x32 src1=f32:16x" + n + " dst=f32:32x" + n});
+    s.ops.push_back({0, layers, 0, rows, 0, "attn_norm", "RMS_NORM", "src0=f32:64 dst=f32:64"});
+    s.ops.push_back({layers + 3, 1, 0, rows, 0, "far", "MUL_MAT", "rows=" + n});
+    s.ops.push_back({-1, 1, 0, rows, 0, "graph", "GRAPH", "nodes=99 tokens=" + n});
+  };
+  const std::string pa = temp_path("ops-alone-planted.trace"), pb = temp_path("ops-load-planted.trace");
+  rewrite(a.path, pa, plant);
+  rewrite(b.path, pb, plant);
+  DiffReport d = diff_ok(pa, pb);
+  ASSERT_EQ(d.requests.size(), 1u);
+  const RequestDiff& r = d.requests[0];
+  ASSERT_NE(r.verdict, Verdict::kIdentical) << replay::format_diff_story(d);
+  ASSERT_TRUE(r.root_found);
+  ASSERT_TRUE(r.batch_differs);
+  EXPECT_EQ(r.cause, "op") << replay::format_diff_story(d);
+  EXPECT_TRUE(r.plans.empty());
+  const int32_t layer = SiteId::unpack(r.first_site_packed).layer;
+  ASSERT_GE(layer, 0) << r.first_site;
+  const std::string ra = std::to_string(r.batch_a.rows), rb = std::to_string(r.batch_b.rows);
+  ASSERT_EQ(r.ops.size(), 2u) << replay::format_diff_story(d);
+  EXPECT_EQ(r.ops[0].name, "kq");
+  EXPECT_EQ(r.ops[0].op, "MUL_MAT");
+  EXPECT_EQ(r.ops[0].layer, layer);
+  EXPECT_EQ(r.ops[0].changes, (std::vector<std::string>{"src1 f32:16x" + ra + " vs f32:16x" + rb,
+                                                        "dst f32:32x" + ra + " vs f32:32x" + rb}));
+  EXPECT_EQ(r.ops[1].name, "graph");
+  EXPECT_EQ(r.ops[1].layer, -1);
+  EXPECT_EQ(r.ops[1].changes, (std::vector<std::string>{"tokens " + ra + " vs " + rb}));
+  const std::string story = replay::format_diff_story(d);
+  EXPECT_NE(story.find("what the ops ran with: kq (MUL_MAT, layer " + std::to_string(layer) +
+                       "): src1 f32:16x" + ra + " vs f32:16x" + rb),
+            std::string::npos)
+      << story;
+  nlohmann::json j = nlohmann::json::parse(replay::diff_report_json(d));
+  const nlohmann::json& first = j["requests"][0]["first_difference"];
+  ASSERT_TRUE(first.contains("ops")) << first.dump();
+  EXPECT_EQ(first["cause"], "op");
+  EXPECT_EQ(first["ops"][0]["name"], "kq");
+  EXPECT_EQ(first["ops"][0]["b"], "src0=f16:16x32 src1=f32:16x" + rb + " dst=f32:32x" + rb);
+
+  // The same records in both runs name nothing: the cause falls back to the batch.
+  const std::string pc = temp_path("ops-load-same.trace");
+  rewrite(b.path, pc, [&](trace::StepRecord& s) {
+    s.plans.clear();
+    s.ops.push_back({0, layers, 0, 0, 0, "attn_norm", "RMS_NORM", "src0=f32:64 dst=f32:64"});
+  });
+  const std::string pd = temp_path("ops-alone-same.trace");
+  rewrite(a.path, pd, [&](trace::StepRecord& s) {
+    s.plans.clear();
+    s.ops.push_back({0, layers, 0, 0, 0, "attn_norm", "RMS_NORM", "src0=f32:64 dst=f32:64"});
+  });
+  DiffReport e = diff_ok(pd, pc);
+  ASSERT_EQ(e.requests.size(), 1u);
+  EXPECT_TRUE(e.requests[0].ops.empty());
+  EXPECT_EQ(e.requests[0].cause, "batch") << replay::format_diff_story(e);
 }
 
 // production --atomics: two runs of the same batch differ; each replays bit for bit from its

@@ -1,5 +1,6 @@
 // Causes at the first difference: the batch composition of each run's step, the plans of the
-// ops that feed the first differing site (arrival orders per row), the routing of the row,
+// ops that feed the first differing site (arrival orders per row), the routing of the row, the
+// op records of that site's layer (what a runtime's ops ran with),
 // and the run settings that differ; Explainer::causes names the one that explains it.
 #include <algorithm>
 
@@ -112,6 +113,79 @@ std::string arrival_str(const std::vector<uint16_t>& a) {
     s += std::to_string(a[i]);
   }
   return s;
+}
+
+// The op records of the graph that computed batch row `row` for `layer` (-1: those outside
+// the layers), and the graph's own record.
+std::vector<const trace::OpRecord*> ops_of_row(const trace::StepRecord& s, int64_t row,
+                                               int32_t layer) {
+  std::vector<const trace::OpRecord*> out;
+  for (const trace::OpRecord& o : s.ops) {
+    if (o.rows > 0 && (row < o.first_row || row >= int64_t{o.first_row} + o.rows)) continue;
+    const bool covers = layer < 0 ? o.layer < 0
+                                  : o.layer >= 0 && o.layer <= layer && layer < o.layer + o.layers;
+    if (covers || (o.layer < 0 && o.name == "graph")) out.push_back(&o);
+  }
+  return out;
+}
+
+std::vector<OpDifference> op_differences(const trace::StepRecord& sa, int64_t ra,
+                                         const trace::StepRecord& sb, int64_t rb, int32_t layer) {
+  std::vector<OpDifference> out;
+  if (sa.ops.empty() && sb.ops.empty()) return out;
+  std::vector<const trace::OpRecord*> a = ops_of_row(sa, ra, layer), b = ops_of_row(sb, rb, layer);
+  // Pairs by (name, op, occurrence), in A's order; B's unpaired ones after.
+  std::vector<char> used(b.size(), 0);
+  auto diff = [&](const trace::OpRecord* x, const trace::OpRecord* y) {
+    OpDifference d;
+    const trace::OpRecord* r = x != nullptr ? x : y;
+    d.name = r->name;
+    d.op = r->op;
+    d.layer = r->layer < 0 ? -1 : layer;
+    d.in_a = x != nullptr;
+    d.in_b = y != nullptr;
+    if (x) d.attrs_a = x->attrs;
+    if (y) d.attrs_b = y->attrs;
+    if (!x || !y) {
+      d.changes.push_back(std::string("ran in ") + (x ? "A only" : "B only"));
+      return d;
+    }
+    auto ka = trace::op_attrs(x->attrs), kb = trace::op_attrs(y->attrs);
+    std::map<std::string, std::pair<std::string, std::string>> keys;
+    std::vector<std::string> order;
+    for (auto& [k, v] : ka) {
+      if (!keys.count(k)) order.push_back(k);
+      keys[k].first = v;
+    }
+    for (auto& [k, v] : kb) {
+      if (!keys.count(k)) order.push_back(k);
+      keys[k].second = v;
+    }
+    for (const std::string& k : order) {
+      const auto& [va, vb] = keys[k];
+      if (va != vb) d.changes.push_back(k + " " + (va.empty() ? "-" : va) + " vs " +
+                                        (vb.empty() ? "-" : vb));
+    }
+    return d;
+  };
+  for (const trace::OpRecord* x : a) {
+    const trace::OpRecord* y = nullptr;
+    for (size_t j = 0; j < b.size(); ++j) {
+      if (!used[j] && b[j]->name == x->name && b[j]->op == x->op) {
+        used[j] = 1;
+        y = b[j];
+        break;
+      }
+    }
+    if (y != nullptr && x->attrs == y->attrs) continue;
+    out.push_back(diff(x, y));
+  }
+  for (size_t j = 0; j < b.size(); ++j)
+    if (!used[j]) out.push_back(diff(nullptr, b[j]));
+  // The graph's own record last: the ops say more.
+  std::stable_partition(out.begin(), out.end(),
+                        [](const OpDifference& d) { return d.name != "graph"; });
+  return out;
 }
 
 }  // namespace
@@ -255,6 +329,10 @@ void Explainer::causes(const trace::StepRecord& sa, const trace::StepRecord& sb,
     }
   }
 
+  // What the ops feeding that site ran with (runtimes that record op records).
+  if (ra >= 0 && rb >= 0)
+    d->ops = op_differences(sa, ra, sb, rb, first && first->layer >= 0 ? first->layer : -1);
+
   // The cause.
   const PlanDifference* own = nullptr;
   const PlanDifference* any = nullptr;
@@ -270,6 +348,8 @@ void Explainer::causes(const trace::StepRecord& sa, const trace::StepRecord& sb,
     d->cause = own->arrival_only ? "arrival-order" : "plan";
   } else if (any) {
     d->cause = any->arrival_only ? "arrival-order" : "plan";
+  } else if (!d->ops.empty()) {
+    d->cause = "op";
   } else if (d->batch_differs) {
     d->cause = "batch";
   } else if (weights_differ_) {

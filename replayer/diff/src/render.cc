@@ -91,6 +91,15 @@ const PlanDifference* main_plan(const RequestDiff& d) {
   return nullptr;
 }
 
+// "kq (MUL_MAT, layer 0): src1 f32:64x1 vs f32:64x19, dst f32:256x1 vs f32:256x19"
+std::string op_str(const OpDifference& o) {
+  std::string s = o.name + " (" + (o.op.empty() ? std::string() : o.op + ", ") +
+                  (o.layer >= 0 ? "layer " + std::to_string(o.layer) : std::string("no layer")) +
+                  "): ";
+  for (size_t i = 0; i < o.changes.size(); ++i) s += (i ? ", " : "") + o.changes[i];
+  return s;
+}
+
 std::string explain_cause(const RequestDiff& d) {
   std::string s;
   const PlanDifference* main = main_plan(d);
@@ -128,6 +137,18 @@ std::string explain_cause(const RequestDiff& d) {
     s += (main->is_first_site ? "" : main->site_name + ": ") + std::string("A ran ") +
          main->a_text + " (" + ba + "), B " + main->b_text + " (" + bb + ")";
     return s;
+  }
+  if (d.cause == "op") {
+    s = "what the ops ran with: ";
+    int shown = 0;
+    for (const OpDifference& o : d.ops) {
+      if (shown == 3) {
+        s += "; and " + std::to_string(d.ops.size() - 3) + " more";
+        break;
+      }
+      s += (shown++ ? "; " : "") + op_str(o);
+    }
+    return s + " [A " + ba + ", B " + bb + "]";
   }
   if (d.cause == "batch") {
     return "batch composition only: A " + ba + ", B " + bb +
@@ -248,6 +269,12 @@ std::string format_diff_story(const DiffReport& r, int max_explained) {
       }
       if (more > 0) others += "; and " + std::to_string(more) + " more";
       if (!others.empty()) out += "  Other plans that differ there: " + others + ".\n";
+      if (d.cause != "op" && !d.ops.empty()) {
+        std::string ops;
+        for (size_t i = 0; i < d.ops.size() && i < 3; ++i) ops += (i ? "; " : "") + op_str(d.ops[i]);
+        if (d.ops.size() > 3) ops += "; and " + std::to_string(d.ops.size() - 3) + " more";
+        out += "  Ops that ran otherwise there: " + ops + ".\n";
+      }
       if (d.cause != "routing" && d.routing && d.routing->row_differs) {
         out += "  Routing of this token differs too at layer " + std::to_string(d.routing->layer) +
                ": " + ints_str(d.routing->experts_a) + " vs " + ints_str(d.routing->experts_b) +
@@ -377,6 +404,16 @@ nlohmann::json diff_internal::diff_report_object(const DiffReport& r) {
                          {"output_checked_equal", p.output_checked_equal}});
       }
       first["plans"] = plans;
+      json ops = json::array();
+      for (const OpDifference& o : d.ops) {
+        ops.push_back({{"name", o.name},
+                       {"op", o.op},
+                       {"layer", o.layer >= 0 ? json(o.layer) : json(nullptr)},
+                       {"a", o.in_a ? json(o.attrs_a) : json(nullptr)},
+                       {"b", o.in_b ? json(o.attrs_b) : json(nullptr)},
+                       {"changes", o.changes}});
+      }
+      first["ops"] = ops;
       if (d.routing) {
         const RoutingDifference& x = *d.routing;
         auto oc = [](const std::vector<trace::RouteOutcome>& v) {

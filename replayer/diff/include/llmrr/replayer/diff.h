@@ -116,6 +116,16 @@ struct RoutingDifference {
   bool row_differs = false;  // this row's experts differ
 };
 
+// One op whose record (format 1.6: what a runtime's op ran with, e.g. llama.cpp's graph
+// nodes) differs between the runs for the differing row, at the first differing site's layer.
+struct OpDifference {
+  std::string name, op;  // the runtime's name ("kq", "graph") and kind ("MUL_MAT")
+  int32_t layer = -1;    // the layer compared; -1 outside the layers
+  bool in_a = false, in_b = false;
+  std::string attrs_a, attrs_b;
+  std::vector<std::string> changes;  // "src1 f32:64x1 vs f32:64x19", one per differing key
+};
+
 struct RequestDiff {
   RequestId a = 0, b = 0;
   std::string label;
@@ -144,7 +154,9 @@ struct RequestDiff {
   bool batch_differs = false;
   std::vector<PlanDifference> plans;
   std::optional<RoutingDifference> routing;
-  // "plan", "arrival-order", "routing", "batch", "weights", "config", "unknown", "".
+  std::vector<OpDifference> ops;  // in graph order; the "graph" record last
+  // "plan", "arrival-order", "routing", "op" (what an op ran with: its shapes, layout,
+  // weights' buffer, threads), "batch", "weights", "config", "unknown", "".
   std::string cause;
   std::string cause_text;  // one sentence
 
