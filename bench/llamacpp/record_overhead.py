@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """llama-server throughput unrecorded vs under `llmrr record-llamacpp` (--capture none, layers,
-all), side by side: each round starts a fresh server per mode (the order rotates every round),
+all; ring: layers under --ring 1M; noops: layers without op records), side by side: each round starts a fresh server per mode (the order rotates every round),
 warms it with one completion, then 4 clients each send the same greedy completions at once
 (-np 4: the server batches them). Tokens/s = generated tokens / wall time of that burst.
 Prints per-round rates, then the medians and each mode's ratio to unrecorded.
@@ -47,10 +47,14 @@ def start(args, mode, trace, log):
               "--host", "127.0.0.1", "--port", str(port)]
     # "ring": layers through the flight recorder (--ring 1M: segments rotate and drop all along)
     ring = ["--ring", "1M"] if mode == "ring" else []
-    capture = "layers" if mode == "ring" else mode
+    # "noops": layers without the op records (LLMRR_LLAMACPP_OPS=0), so their cost shows
+    capture = "layers" if mode in ("ring", "noops") else mode
     cmd = server if mode == "off" else [args.llmrr, "record-llamacpp", *ring, "-o", trace,
                                         "--capture", capture, "--"] + server
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    env = dict(os.environ)
+    if mode == "noops":
+        env["LLMRR_LLAMACPP_OPS"] = "0"
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         lcf.wait_healthy(proc, port, 120, log.name)
     except RuntimeError as e:
@@ -103,9 +107,9 @@ def main():
             die(f"{what}: no file {p} (tools/setup/build, tools/setup/llamacpp, "
                 "tools/setup/smollm2)")
     modes = args.modes.split(",")
-    bad = [m for m in modes if m not in ("off", "none", "layers", "all", "ring")]
+    bad = [m for m in modes if m not in ("off", "none", "layers", "all", "ring", "noops")]
     if bad or "off" not in modes:
-        die(f"--modes: off plus any of none, layers, all, ring (got {args.modes!r})")
+        die(f"--modes: off plus any of none, layers, all, ring, noops (got {args.modes!r})")
     rates = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(args.rounds):

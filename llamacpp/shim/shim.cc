@@ -35,6 +35,7 @@
 #include "ggml.h"
 #include "header.h"
 #include "llama.h"
+#include "ops.h"
 #include "tape.h"
 
 using llmrr::llamacpp::BatchRow;
@@ -75,6 +76,8 @@ struct Capture {
   std::vector<SiteFingerprints> sites;
   std::unordered_map<std::string, size_t> site_index;
   std::vector<float> scratch;
+  llmrr::llamacpp::OpRecorder ops;  // op records of the decode's graphs
+  std::vector<std::pair<int64_t, int64_t>> ub_rows;  // each graph's rows, as take_rows saw
 };
 
 struct State {
@@ -83,6 +86,7 @@ struct State {
   std::string trace;
   int capture = LLMRR_CAPTURE_LAYERS;
   int top_k = 32;
+  bool ops = true;  // op records (LLMRR_LLAMACPP_OPS=0: none)
   std::string model_path;
   std::unordered_map<const llama_context*, CtxInfo*> ctxs;  // never freed: callbacks
   llama_context* ctx = nullptr;  // the recorded context
@@ -110,6 +114,8 @@ State& S() {
         std::fprintf(stderr, "llmrr: LLMRR_CAPTURE=%s: expected none, layers or all; using layers\n", c);
     }
     if (const char* k = std::getenv("LLMRR_TOP_K"); k != nullptr) st->top_k = std::atoi(k);
+    if (const char* o = std::getenv("LLMRR_LLAMACPP_OPS"); o != nullptr && *o == '0')
+      st->ops = false;
     return st;
   }();
   return *s;
@@ -168,6 +174,11 @@ void take_rows(State& st, const ggml_tensor* t, const std::string& site) {
       if (rows[r].logits) map.push_back(static_cast<int32_t>(r));
     if (static_cast<int64_t>(map.size()) != nrows) return;  // rows not mappable: skip
   }
+  if (site == c.first_name && nrows == c.ub_n && c.ops.graph() >= 0 &&
+      static_cast<int64_t>(c.ub_rows.size()) <= c.ops.graph()) {
+    c.ub_rows.resize(static_cast<size_t>(c.ops.graph()) + 1, {-1, 0});
+    c.ub_rows[static_cast<size_t>(c.ops.graph())] = {c.ub_off, c.ub_n};
+  }
   const char* base = static_cast<const char*>(t->data);
   static auto is_host = any_fn(&ggml_backend_buffer_is_host, "ggml_backend_buffer_is_host");
   static auto tensor_get = any_fn(&ggml_backend_tensor_get, "ggml_backend_tensor_get");
@@ -212,7 +223,10 @@ bool eval_cb(ggml_tensor* t, bool ask, void* ud) {
   // cap.active is set and cleared by the decoding thread, which also runs this callback.
   if (!st.cap.active || st.cap.ctx != info) return ask ? user : true;
   const std::string site = site_of(t->name, st.capture);
-  if (ask) return user || !site.empty();
+  if (ask) {
+    if (st.ops) st.cap.ops.take(t);
+    return user || !site.empty();
+  }
   if (!site.empty()) {
     std::lock_guard<std::mutex> lock(st.mu);
     if (st.tape != nullptr) take_rows(st, t, site);
@@ -285,6 +299,8 @@ void begin(State& st, llama_context* ctx, const std::vector<BatchRow>& rows) {
   c.ub_n = -1;
   c.sites.clear();
   c.site_index.clear();
+  c.ops.reset();
+  c.ub_rows.clear();
 }
 
 // After the real decode.
@@ -320,7 +336,12 @@ void end(State& st, llama_context* ctx, const std::vector<BatchRow>& rows, int32
       sites.clear();
     }
   }
-  st.tape->decoded(rows, logits, std::move(sites));
+  std::vector<llmrr::llamacpp::OpInfo> ops =
+      c.ctx != nullptr
+          ? c.ops.finish(c.ub_rows, static_cast<int64_t>(rows.size()), c.ctx->params.n_threads,
+                         c.ctx->params.n_threads_batch)
+          : c.ops.finish(c.ub_rows, static_cast<int64_t>(rows.size()), 0, 0);
+  st.tape->decoded(rows, logits, std::move(sites), std::move(ops));
 }
 
 int32_t decode_rows(llama_context* ctx, std::vector<BatchRow> rows, auto&& call) {

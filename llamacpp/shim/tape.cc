@@ -27,10 +27,11 @@ void Tape::lossy(const std::string& why) {
 Tape::Seq& Tape::seq(int32_t s) { return seqs_[s]; }
 
 void Tape::decoded(const std::vector<BatchRow>& rows, const std::vector<const float*>& row_logits,
-                   std::vector<SiteFingerprints> sites) {
+                   std::vector<SiteFingerprints> sites, std::vector<OpInfo> ops) {
   check_cuts(rows);
   auto step = std::make_shared<TapeStep>();
   step->sites = std::move(sites);
+  step->ops = std::move(ops);
   std::vector<int64_t> present;
   last_rows_.assign(rows.size(), {-1, -1});
   std::vector<char> decode_row(rows.size(), 0);
@@ -395,6 +396,14 @@ void Tape::write(TapeStep& s) {
     llmrr_recorder_record_fingerprints(rec_, f.site.c_str(), f.hashes.data(), f.l2.data(),
                                        f.max_abs.data(), static_cast<int64_t>(f.hashes.size()),
                                        f.cols, f.batch_rows.data());
+  }
+  int64_t step_rows = 0;
+  for (const llmrr_segment& g : segments) step_rows += g.count;
+  for (const OpInfo& o : s.ops) {
+    const bool rows_ok = int64_t{o.first_row} + o.rows <= step_rows;  // else: the whole step
+    llmrr_recorder_record_op(rec_, o.layer, o.layers, o.graph, rows_ok ? o.first_row : 0,
+                             rows_ok ? o.rows : 0, o.name.c_str(), o.op.c_str(),
+                             o.attrs.c_str());
   }
   for (const LogitsRow& l : s.logits) {
     if (l.values.empty()) continue;

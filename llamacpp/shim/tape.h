@@ -33,6 +33,16 @@ struct SiteFingerprints {
   std::vector<int32_t> batch_rows;
 };
 
+// What one op of a decode's graph ran with (llmrr_recorder_record_op; the graph callback
+// takes them from the graph, the reductions only): consecutive layers whose op ran the same
+// way share one record.
+struct OpInfo {
+  int32_t layer = -1, layers = 1;
+  int32_t graph = 0;                 // the decode's ubatch, from 0
+  int32_t first_row = 0, rows = 0;   // that ubatch's batch rows (rows 0: not known)
+  std::string name, op, attrs;
+};
+
 struct LogitsRow {
   uint64_t request;
   int32_t pos;
@@ -44,6 +54,7 @@ struct TapeStep {
   std::vector<llmrr_segment> segments;
   std::vector<uint64_t> arrivals;  // requests whose first rows are in this step
   std::vector<SiteFingerprints> sites;
+  std::vector<OpInfo> ops;
   std::vector<LogitsRow> logits;
   struct Token {
     uint64_t request;
@@ -68,9 +79,9 @@ class Tape {
 
   // A decode the program made (rows in batch order), after it succeeded: row_logits[i] is the
   // logits of batch row i (nullptr for rows that want none), sites the fingerprints the graph
-  // callback took during it.
+  // callback took during it, ops what its graphs ran with.
   void decoded(const std::vector<BatchRow>& rows, const std::vector<const float*>& row_logits,
-               std::vector<SiteFingerprints> sites);
+               std::vector<SiteFingerprints> sites, std::vector<OpInfo> ops = {});
 
   // The sampler accepted `token` right after the program read the logits of batch row `row`
   // of the last decode.

@@ -6,6 +6,7 @@ Replayed in libllama (`llmrr replay --runtime llamacpp`): bit-exact; with n_ubat
 prompt batch of 12 rows split into ubatches of 5, 5 and 2) also bit-exact, which is what
 llama.cpp's CPU kernels with Q4_1 weights do (they do not depend on the batch); with flash
 attention off (recorded: auto, on here) the first differing step and site are named."""
+import json
 import os
 import subprocess
 import sys
@@ -88,11 +89,46 @@ class ProgramTest(unittest.TestCase):
         l0 = [r for r in step0["fingerprints"] if r["site"] == "L0.out"][0]
         self.assertEqual(sorted(l0["batch_rows"]), list(range(2 * len(PROMPT))))
 
+    def test_other_n_ubatch_records_each_ubatch_ops(self):
+        # op records (format 1.6): per ubatch graph, its rows; a matmul's src1 has the
+        # ubatch's rows; the 30 layers that run a node the same way share one record
+        rc, out = replay("run.trace", MODEL, "--n-ubatch", "5", "-o", "ubatch5-ops.trace")
+        self.assertEqual(rc, 0, out)
+        ops = Trace("ubatch5-ops.trace").steps[0]["ops"]
+        graphs = sorted((o["graph"], o["first_row"], o["rows"]) for o in ops
+                        if o["name"] == "graph")
+        self.assertEqual(graphs, [(0, 0, 5), (1, 5, 5), (2, 10, 2)])
+        for g, rows in ((0, 5), (1, 5), (2, 2)):
+            q = [o for o in ops if o["graph"] == g and o["name"] == "Qcur" and o["op"] == "MUL_MAT"]
+            self.assertEqual(len(q), 1, [o for o in ops if o["graph"] == g])
+            self.assertEqual((q[0]["layer"], q[0]["layers"]), (0, 30), q[0])
+            self.assertIn("src1=f32:576x%d" % rows, q[0]["attrs"])
+            self.assertIn("src0=q4_1:576x576", q[0]["attrs"])
+        # a decode step: one graph of 2 rows (one per sequence)
+        ops1 = Trace("run.trace").steps[1]["ops"]
+        g = [o for o in ops1 if o["name"] == "graph"]
+        self.assertEqual(len(g), 1)
+        self.assertIn("tokens=2", g[0]["attrs"])
+
     def test_flash_attention_off_names_the_first_difference(self):
         rc, out = replay("run.trace", MODEL, "--flash-attn", "off", "-o", "nofa.trace")
         self.assertEqual(rc, 1, out)
         self.assertIn("First difference at step 0", out)
         self.assertIn("L0.out", out)
+        # the op-level cause: layer 0's attention ran as one fused flash-attention op in the
+        # recording, as a KQ matmul and a softmax in the replay
+        self.assertIn("what the ops ran with:", out)
+        d = llmrr("diff", "run.trace", "nofa.trace", "--json", check=False)
+        self.assertEqual(d.returncode, 1, d.stderr[-2000:])
+        firsts = [q["first_difference"] for q in json.loads(d.stdout)["requests"]
+                  if q.get("first_difference")]
+        self.assertTrue(firsts)
+        for f in firsts:
+            self.assertEqual(f["cause"], "op", f)
+            by = {(o["op"], o["a"] is not None, o["b"] is not None) for o in f["ops"]}
+            self.assertIn(("FLASH_ATTN_EXT", True, False), by, f["ops"])
+            self.assertIn(("SOFT_MAX", False, True), by, f["ops"])
+            self.assertTrue(all(o["layer"] in (0, None) for o in f["ops"]), f["ops"])
 
     def test_replay_refusals(self):
         p = llmrr("replay", "--runtime", "llamacpp", "run.trace", "--model", "run.trace",
