@@ -91,9 +91,27 @@ class FuzzSummarySchemaTest(unittest.TestCase):
         self.assertGreaterEqual(c["first_step"], 0)
         self.assertEqual(c["cause_layer"], fuzz_summary.layer_of(c["first_site"]))
         self.assertEqual(set(c["first_batch"]), {"rows", "requests", "prefill_segments"})
+        self.assertEqual(self.split["first_difference"]["ops"], [])  # the engine records plans
+        self.assertIsNone(c["op_cause"])
         c = fuzz_summary.comparison(self.same)
         self.assertEqual((c["verdict"], c["numerical_token"], c["cause"], c["first_site"]),
                          ("identical", -1, "", None))
+
+    def test_op_cause_names_each_op_and_the_keys_that_changed(self):
+        ops = [{"name": "Qcur", "op": "MUL_MAT", "a": "src1=f32:576x1 dst=f32:576x1",
+                "b": "src1=f32:576x7 dst=f32:576x7",
+                "changes": ["src1 f32:576x1 vs f32:576x7", "dst f32:576x1 vs f32:576x7"]},
+               {"name": "__fattn__", "op": "FLASH_ATTN_EXT", "a": "prec=0", "b": None,
+                "changes": ["ran in A only"]},
+               {"name": "graph", "op": "GRAPH", "a": "nodes=9 tokens=1", "b": "nodes=9 tokens=7",
+                "changes": ["tokens 1 vs 7"]}]
+        self.assertEqual(fuzz_summary.op_cause(ops),
+                         "Qcur MUL_MAT: src1, dst; __fattn__ FLASH_ATTN_EXT: only in A; "
+                         "graph: tokens")
+        self.assertIsNone(fuzz_summary.op_cause([]))
+        q = json.loads(json.dumps(self.split))
+        q["first_difference"]["ops"] = ops
+        self.assertEqual(fuzz_summary.comparison(q)["op_cause"], fuzz_summary.op_cause(ops))
 
     def test_same_keys_and_types_as_llmrr_fuzz(self):
         s, e = self.summary(), self.engine

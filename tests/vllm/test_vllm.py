@@ -71,6 +71,21 @@ class VllmRecording(unittest.TestCase):
                     self.assertEqual(len(f["fingerprints"]), rows, f["site"])
             for t in s.get("tokens", []):
                 got.setdefault(t["request"], []).append(t["token"])
+            # op records (format 1.6): what every layer's ops took from the batch, and the
+            # attention metadata vLLM's backend built for the step
+            ops = s.get("ops", [])
+            batch = [o for o in ops if o["name"] == "batch"]
+            self.assertEqual(len(batch), 1, ops)
+            prefills = sum(1 for g in s["segments"] if g["kind"] == "prefill")
+            self.assertEqual((batch[0]["layer"], batch[0]["layers"], batch[0]["op"]),
+                             (0, 2, "BATCH"))
+            self.assertIn("tokens=%d prefills=%d decodes=%d " % (
+                rows, prefills, len(s["segments"]) - prefills), batch[0]["attrs"])
+            attn = [o for o in ops if o["op"] == "ATTENTION"]
+            self.assertTrue(attn, "no attention metadata recorded: %s" % ops)
+            maxq = max(g["count"] for g in s["segments"])
+            self.assertTrue(any({"num_actual_tokens=%d" % rows, "max_query_len=%d" % maxq}
+                                <= set(o["attrs"].split()) for o in attn), attn)
         # vLLM's user ids are the prompt indices: the trace holds the prompts and tokens vLLM
         # returned, in order.
         self.assertEqual(sorted(arrivals), list(range(len(prompts))))

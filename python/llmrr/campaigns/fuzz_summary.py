@@ -52,11 +52,12 @@ def comparison(q: Mapping[str, Any]) -> dict[str, Any]:
     (verdict, numerical_token, visible_token, cause, cause_position, cause_layer), plus what
     the campaigns keep in their own section: diff_verdict (diff's words), first_step (the
     second trace's step of the first difference), first_site, first_batch (that step's batch:
-    rows, requests, prefill segments)."""
+    rows, requests, prefill segments), op_cause (op_cause(): what the ops there ran with
+    otherwise; None without op records)."""
     c: dict[str, Any] = {"verdict": "identical", "numerical_token": -1, "visible_token": -1,
                          "cause": "", "cause_position": -1, "cause_layer": -1,
                          "diff_verdict": q.get("verdict"), "first_step": -1,
-                         "first_site": None, "first_batch": None}
+                         "first_site": None, "first_batch": None, "op_cause": None}
     prompt_len = int(q.get("prompt_len", 0) or 0)
     num = q.get("numerical_split")
     if num:
@@ -82,7 +83,23 @@ def comparison(q: Mapping[str, Any]) -> dict[str, Any]:
         c["cause_layer"] = layer_of(c["first_site"])
         b = first.get("batch_b") or {}
         c["first_batch"] = {k: b.get(k, -1) for k in ("rows", "requests", "prefill_segments")}
+        c["op_cause"] = op_cause(first.get("ops") or [])
     return c
+
+
+def op_cause(ops: Sequence[Mapping[str, Any]]) -> str | None:
+    """The op-level cause of a first difference from its op records (diff's `ops`): each op
+    that ran otherwise as "name OP: the keys that changed", the graph record last, e.g.
+    "Qcur MUL_MAT: src1, dst; graph: nodes, tokens". None when no op record differs."""
+    parts = []
+    for o in ops:
+        keys = [ch.split(" ", 1)[0] for ch in o.get("changes", [])]
+        if o.get("a") is None or o.get("b") is None:
+            keys = ["only in " + ("B" if o.get("a") is None else "A")]
+        head = o.get("name", "?") + (" " + o["op"] if o.get("op") and o.get("op") != "GRAPH"
+                                     else "")
+        parts.append(head + ": " + ", ".join(keys))
+    return "; ".join(parts) if parts else None
 
 
 def run_record(index: int, cmp: Mapping[str, Any], *, co_requests: int, completion: str,

@@ -255,13 +255,28 @@ def markdown(s: dict[str, Any]) -> str:
                                                       b["numerical"], b["visible"]))
     out += ["", "%d runs, %d traces verified, %.0f s; baseline text: %s"
             % (s["runs_done"], lc["verified"], s["seconds"], json.dumps(lc["baseline_text"]))]
+    causes: dict[str, dict[str, int]] = {}
+    for r in s["results"]:
+        if r["verdict"] == "identical":
+            continue
+        x = r[RUNTIME]
+        k = "%s at %s" % (x.get("op_cause") or "(no op record differs)", x["first_site"])
+        b = causes.setdefault(k, {"numerical": 0, "visible": 0})
+        b[r["verdict"]] += 1
+    if causes:
+        out += ["", "| op-level cause at the first differing site | numerical | visible |",
+                "|---|---|---|"]
+        for k in sorted(causes, key=lambda k: -(causes[k]["numerical"] + causes[k]["visible"])):
+            out.append("| %s | %d | %d |" % (k, causes[k]["numerical"], causes[k]["visible"]))
+    out += [""]
     by_index = {r["index"]: r for r in s["results"]}
     for i in lc["examples"]:
         e = by_index[i]
         x = e[RUNTIME]
-        out.append("- run %d (%s): %s, first difference step %d, site %s, in a batch of %s"
+        out.append("- run %d (%s): %s, first difference step %d, site %s, in a batch of %s%s"
                    % (i, json.dumps(x["config"]), e["verdict"], x["first_step"],
-                      x["first_site"], json.dumps(x["first_batch"])))
+                      x["first_site"], json.dumps(x["first_batch"]),
+                      "; ops: " + x["op_cause"] if x.get("op_cause") else ""))
     return "\n".join(out) + "\n"
 
 
@@ -340,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                 section={"config": cfg, "verified": True, "text": resp.get("content", ""),
                          "tokens": tokens, "diff_verdict": c["diff_verdict"],
                          "first_step": c["first_step"], "first_site": c["first_site"],
-                         "first_batch": c["first_batch"],
+                         "first_batch": c["first_batch"], "op_cause": c["op_cause"],
                          "trace": "traces/" + name if kept else None}))
             sys.stderr.write("run %d/%d: %s\n" % (i + 1, a.runs, c["verdict"]))
         s = fuzz_summary.summary(

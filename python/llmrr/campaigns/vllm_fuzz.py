@@ -217,9 +217,12 @@ def shrink(a: argparse.Namespace, binary: str, trace: str, work: str) -> dict[st
 def vllm_section(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The summary's "vllm" section: runs by engine setting, the first differing sites."""
     sites: dict[str, int] = {}
+    op_causes: dict[str, int] = {}
     by_setting: dict[str, dict[str, int]] = {}
     for r in results:
         v = r["vllm"]
+        if v.get("op_cause"):
+            op_causes[v["op_cause"]] = op_causes.get(v["op_cause"], 0) + 1
         b = by_setting.setdefault(v["setting"], {"runs": 0, "numerical": 0, "visible": 0,
                                                  "rows_differ": 0})
         b["runs"] += 1
@@ -229,7 +232,7 @@ def vllm_section(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             sites[site] = sites.get(site, 0) + 1
         if r["verdict"] != "identical":
             b[r["verdict"]] += 1
-    return {"by_setting": by_setting, "first_split_sites": sites,
+    return {"by_setting": by_setting, "first_split_sites": sites, "op_causes": op_causes,
             "rows_differ": sum(1 for r in results if r["vllm"]["rows_differ"]),
             "drawn_runs": sum(1 for r in results if not r["vllm"]["solo"])}
 
@@ -259,6 +262,10 @@ def format_summary(s: dict[str, Any]) -> str:
     if v["first_split_sites"]:
         out.append("  first differing site: " + " ".join(
             "%s %d" % kv for kv in sorted(v["first_split_sites"].items())))
+    if v.get("op_causes"):
+        out.append("  what the ops ran with otherwise at the first difference (runs):")
+        for k, m in sorted(v["op_causes"].items(), key=lambda kv: -kv[1]):
+            out.append("    %4d  %s" % (m, k))
     out.append("  by engine setting (max_num_batched_tokens, prefix caching):")
     for k, b in sorted(v["by_setting"].items()):
         out.append("    %-16s %4d runs: numerical %d, visible %d, rows differ %d"
@@ -420,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             section={"setting": key, "solo": index < 0, "verified": True,
                      "rows_differ": rows_differ, "compared_with": ref,
                      "diff_verdict": c["diff_verdict"], "first_split_step": c["first_step"],
-                     "first_split_site": c["first_site"],
+                     "first_split_site": c["first_site"], "op_cause": c["op_cause"],
                      "engine_steps": outs[index]["steps"],
                      "trace": r["trace"] if kept else None, "others": others}))
     if a.shrink:

@@ -205,6 +205,7 @@ def _declare(L: ctypes.CDLL) -> None:
         "llmrr_recorder_record_logits": (ctypes.c_int, [h, u64, i32, i64, vp, i32, i64]),
         "llmrr_recorder_record_token": (ctypes.c_int, [h, u64, i32, i32, ctypes.c_double]),
         "llmrr_recorder_record_finish": (ctypes.c_int, [h, u64, i32, i32]),
+        "llmrr_recorder_record_op": (ctypes.c_int, [h, i32, i32, i32, i32, i32, cp, cp, cp]),
         "llmrr_recorder_end_step": (ctypes.c_int, [h]),
         "llmrr_recorder_mark_lossy": (ctypes.c_int, [h, cp]),
         "llmrr_recorder_discard_step": (ctypes.c_int, [h, cp]),

@@ -183,6 +183,17 @@ class Recorder:
         self._check(self._L.llmrr_recorder_record_finish(self._h, request, reason, generated),
                     "finish")
 
+    def op(self, name: str, op: str = "", attrs: str = "", *, layer: int = -1, layers: int = 1,
+           graph: int = 0, first_row: int = 0, rows: int = 0) -> None:
+        """What one op of the runtime ran with (format 1.6 op records; `llmrr diff` names the
+        keys that changed at the first differing site): `attrs` is space-separated key=value
+        pairs (keys [a-z0-9_.], values without spaces); layers >= 1 consecutive layers from
+        `layer` (-1: outside the layers) ran it the same way, over batch rows [first_row,
+        first_row + rows) (rows 0: the whole step)."""
+        self._check(self._L.llmrr_recorder_record_op(self._h, layer, layers, graph, first_row,
+                                                     rows, name.encode(), op.encode(),
+                                                     attrs.encode()), "op " + name)
+
     def end_step(self) -> None:
         self._check(self._L.llmrr_recorder_end_step(self._h), "end_step")
 

@@ -332,6 +332,10 @@ void Explainer::causes(const trace::StepRecord& sa, const trace::StepRecord& sb,
   // What the ops feeding that site ran with (runtimes that record op records).
   if (ra >= 0 && rb >= 0)
     d->ops = op_differences(sa, ra, sb, rb, first && first->layer >= 0 ? first->layer : -1);
+  if (layer_outputs_only && !d->ops.empty() && d->capture_note.rfind("only layer outputs", 0) == 0)
+    d->capture_note = "only layer outputs were captured: first difference at " + d->first_site +
+                      "; the op records name what ran otherwise in that layer, --capture all "
+                      "the first site inside it that differs";
 
   // The cause.
   const PlanDifference* own = nullptr;

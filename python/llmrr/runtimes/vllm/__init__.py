@@ -216,6 +216,7 @@ def _patch(cls: Any) -> None:
     orig_execute = cls.execute_model
     orig_sample = getattr(cls, "sample_tokens", None)
     orig_prepare = cls._prepare_inputs
+    orig_build = getattr(cls, "_build_attention_metadata", None)
 
     def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         rec: _StepRecorder | None
@@ -241,7 +242,18 @@ def _patch(cls: Any) -> None:
         rec = getattr(self, "_llmrr", None)
         if rec is not None:
             rec.safe(rec.start, scheduler_output)
-        return orig_prepare(self, scheduler_output, *args, **kwargs)
+        out = orig_prepare(self, scheduler_output, *args, **kwargs)
+        if rec is not None and orig_build is None:
+            rec.safe(rec.planned, out)  # an older vLLM: the metadata come from here
+        return out
+
+    def _build_attention_metadata(self: Any, *args: Any, **kwargs: Any) -> Any:
+        assert orig_build is not None
+        out = orig_build(self, *args, **kwargs)
+        rec = getattr(self, "_llmrr", None)
+        if rec is not None:
+            rec.safe(rec.planned, out)
+        return out
 
     def sample_tokens(self: Any, *args: Any, **kwargs: Any) -> Any:
         assert orig_sample is not None
@@ -270,6 +282,8 @@ def _patch(cls: Any) -> None:
         pass
     cls.execute_model = execute_model
     cls._prepare_inputs = _prepare_inputs
+    if orig_build is not None:
+        cls._build_attention_metadata = _build_attention_metadata
     if orig_sample is not None:
         cls.sample_tokens = sample_tokens
 
@@ -288,6 +302,50 @@ def _compiled_sites(runner: Any) -> None:
     except Exception as e:  # never break vLLM: the steps are still recorded
         _warn("cannot put llmrr's sites into the compiled model (%s: %s); rows will not be "
               "recorded" % (type(e).__name__, e))
+
+
+def _attention_metadata(prepared: Any) -> list[Any]:
+    """The attention metadata objects in what _prepare_inputs returned (its shape differs
+    between vLLM versions: a tuple holding a dict of layer name -> metadata, or a list of
+    such dicts per ubatch); nothing when none is found."""
+    found: list[Any] = []
+
+    def walk(x: Any, depth: int) -> None:
+        if depth > 3 or len(found) >= 16:
+            return
+        if isinstance(x, dict):
+            for v in x.values():
+                walk(v, depth + 1)
+        elif isinstance(x, (list, tuple)):
+            for v in x[:16]:
+                walk(v, depth + 1)
+        elif type(x).__name__.endswith("Metadata") and hasattr(x, "__dict__"):
+            found.append(x)
+    walk(prepared, 0)
+    return found
+
+
+def _scalar_attrs(meta: Any) -> str:
+    """A metadata object's int and bool fields as sorted key=value pairs (keys lowercased, at
+    most 4096 bytes). Tensors are left out: the CPU backend's thread schedule
+    (scheduler_metadata) hashed differently in two runs of the same batch (bytes that are
+    not the plan), so it would name a change that is not one."""
+    out: list[str] = []
+    for k in sorted(vars(meta)):
+        v = getattr(meta, k, None)
+        key = "".join(c if c.isalnum() or c in "_." else "_" for c in k.lower())
+        if not key or not key.isascii():
+            continue
+        if isinstance(v, bool):
+            out.append("%s=%d" % (key, int(v)))
+        elif isinstance(v, int):
+            out.append("%s=%d" % (key, v))
+    text = ""
+    for pair in out:
+        if len(text) + len(pair) + 1 > 4096:
+            break
+        text = pair if not text else text + " " + pair
+    return text
 
 
 def _versions() -> tuple[str | None, str]:
@@ -361,6 +419,7 @@ class _StepRecorder(Hooks):
                                              str(cfg.model_config.dtype))
         vllm_v, torch_v = _versions()
         self.vocab = int(get("vocab_size"))
+        self.layers = int(get("num_hidden_layers"))
         self.n_experts = int(get("num_local_experts", "num_experts", "n_routed_experts"))
         if self.n_experts:
             model = runner.get_model()
@@ -619,9 +678,40 @@ class _StepRecorder(Hooks):
             self.tape.step = self.step
         self.sink.begin_step(self.step, segments)
         self.in_step = True
+        self._batch_op(segments)
         for rid in sorted(self.gone):
             self._finish(rid, 2)  # FINISH_ABORTED
         self.gone.clear()
+
+    def _batch_op(self, segments: Sequence[dict[str, int]]) -> None:
+        """Op record (format 1.6) of what every layer's ops take from the step's batch: the
+        linears' M (the step's tokens), the prefill and decode counts, the longest query and
+        sequence the attention backend plans for; `llmrr diff` names what changed."""
+        prefills = sum(1 for g in segments if g["kind"] == 0)
+        attrs = "tokens=%d prefills=%d decodes=%d max_query=%d max_seq=%d batch_invariant=%d" % (
+            self.rows, prefills, len(segments) - prefills,
+            max((g["count"] for g in segments), default=0),
+            max((g["start"] + g["count"] for g in segments), default=0),
+            1 if os.environ.get("VLLM_BATCH_INVARIANT", "0") not in ("", "0") else 0)
+        self.sink.op("batch", "BATCH", attrs, layer=0, layers=max(self.layers, 1))
+
+    def planned(self, prepared: Any) -> None:
+        """After _prepare_inputs: the attention metadata the backend built for the step (its
+        integer and boolean fields: prefill/decode counts, query and sequence lengths, split
+        and cascade decisions where the backend makes them), one op record per distinct
+        metadata class, named after it."""
+        if not self.in_step:
+            return
+        metas = _attention_metadata(prepared)
+        seen: set[str] = set()
+        for meta in metas:
+            name = type(meta).__name__
+            if name in seen:
+                continue
+            seen.add(name)
+            attrs = _scalar_attrs(meta)
+            if attrs:
+                self.sink.op(name[:128], "ATTENTION", attrs, layer=0, layers=max(self.layers, 1))
 
     def end(self, out: Any) -> None:
         if not self.in_step:
@@ -784,6 +874,9 @@ class _Tape:
 
     def routing(self, *args: Any, **kwargs: Any) -> None:
         self._call("routing", args, kwargs)
+
+    def op(self, *args: Any, **kwargs: Any) -> None:
+        self._call("op", args, kwargs)
 
     def logits(self, *args: Any, **kwargs: Any) -> None:
         self._call("logits", args, kwargs)

@@ -56,6 +56,9 @@ class Sink(Protocol):
 
     def finish(self, request: int, reason: int, generated: int) -> None: ...
 
+    def op(self, name: str, op: str = "", attrs: str = "", *, layer: int = -1, layers: int = 1,
+           graph: int = 0, first_row: int = 0, rows: int = 0) -> None: ...
+
     def mark_lossy(self, reason: object) -> None: ...
 
 
