@@ -1,5 +1,5 @@
 // llmrr-llamacpp-replay TRACE MODEL [--n-batch N] [--n-ubatch N] [--threads N]
-// [--flash-attn on|off|auto] [--force]:
+// [--flash-attn on|off|auto] [--drop ID,ID...] [--force]:
 // re-executes a llama.cpp trace (recorded by libllmrr_llamacpp.so) in libllama: the context is
 // built from the header's extra_config_json (overridable), and the recorded batches are fed to
 // llama_decode in the recorded order, each rebuilt from its segments (tokens from the request's
@@ -9,9 +9,12 @@
 // After each decode the sampler accepts the argmax of every row that wants logits (the recorded
 // requests are greedy; continuations feed the recorded tokens, so the schedule stays the
 // recorded one). Run under the shim (`llmrr replay --runtime llamacpp` does that), the replay
-// is recorded as a new trace by the same code as the original.
+// is recorded as a new trace by the same code as the original. --drop leaves those requests'
+// rows out of every batch (a counterfactual: the others' KV cells and batches as if they had
+// not come; a step left empty is not decoded).
 // Exit: 0 done, 2 bad input (unreadable trace, not a llama.cpp trace, other weights), 3 a
 // decode failed.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -60,8 +63,23 @@ int main(int argc, char** argv) {
   int n_batch = -1, n_ubatch = -1, threads = -1;
   bool force = false;
   std::string flash_attn;
+  std::vector<uint64_t> drop;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--drop") {
+      if (i + 1 >= argc) return bad("--drop: expected request ids, e.g. 1,3");
+      const std::string list = argv[++i];
+      size_t at = 0;
+      while (at <= list.size()) {
+        const size_t end = std::min(list.find(',', at), list.size());
+        int id = -1;
+        if (!parse_int(list.substr(at, end - at).c_str(), &id))
+          return bad("--drop: '" + list + "': expected request ids separated by commas");
+        drop.push_back(static_cast<uint64_t>(id));
+        at = end + 1;
+      }
+      continue;
+    }
     if (a == "--flash-attn") {
       if (i + 1 >= argc || (std::strcmp(argv[i + 1], "on") != 0 &&
                             std::strcmp(argv[i + 1], "off") != 0 &&
@@ -86,7 +104,7 @@ int main(int argc, char** argv) {
   }
   if (pos.size() != 2)
     return bad("usage: llmrr-llamacpp-replay TRACE MODEL.gguf [--n-batch N] [--n-ubatch N] "
-               "[--threads N] [--flash-attn on|off|auto] [--force]");
+               "[--threads N] [--flash-attn on|off|auto] [--drop ID,...] [--force]");
   auto reader = trace::TraceReader::open(pos[0]);
   if (!reader.ok()) return bad(reader.status().message());
   const trace::RunHeader& h = (*reader)->run_header();
@@ -176,6 +194,7 @@ int main(int argc, char** argv) {
     }
     b.n_tokens = 0;
     for (const trace::Segment& g : s.segments) {
+      if (std::find(drop.begin(), drop.end(), g.request) != drop.end()) continue;
       auto it = reqs.find(g.request);
       if (it == reqs.end()) return bad("step " + std::to_string(s.step) + ": unknown request");
       Req& q = it->second;

@@ -105,8 +105,10 @@ class FuzzSummarySchemaTest(unittest.TestCase):
                 "changes": ["ran in A only"]},
                {"name": "graph", "op": "GRAPH", "a": "nodes=9 tokens=1", "b": "nodes=9 tokens=7",
                 "changes": ["tokens 1 vs 7"]}]
+        ops.insert(1, {"name": "Kcur", "op": "MUL_MAT", "a": "src1=f32:576x1", "b": "src1=f16:576x7",
+                       "changes": ["src1 f32:576x1 vs f16:576x7"]})
         self.assertEqual(fuzz_summary.op_cause(ops),
-                         "Qcur MUL_MAT: src1, dst; __fattn__ FLASH_ATTN_EXT: only in A; "
+                         "MUL_MAT x2: src1.ne1, dst.ne1, src1.type; FLASH_ATTN_EXT: only in A; "
                          "graph: tokens")
         self.assertIsNone(fuzz_summary.op_cause([]))
         q = json.loads(json.dumps(self.split))

@@ -87,18 +87,46 @@ def comparison(q: Mapping[str, Any]) -> dict[str, Any]:
     return c
 
 
+def _changed_keys(change: str) -> list[str]:
+    """"src1 f32:576x1 vs f32:576x9" -> ["src1.ne1"] (the dimensions of a type:shape value that
+    differ; a type that differs is KEY.type), else the key itself ("tokens 1 vs 9" ->
+    ["tokens"])."""
+    key, _, rest = change.partition(" ")
+    a, sep, b = rest.partition(" vs ")
+    if sep and ":" in a and ":" in b:
+        ta, da = a.split(":", 1)
+        tb, db = b.split(":", 1)
+        xa, xb = da.split("x"), db.split("x")
+        out = ["%s.type" % key] if ta != tb else []
+        n = max(len(xa), len(xb))
+        xa += ["1"] * (n - len(xa))
+        xb += ["1"] * (n - len(xb))
+        out += ["%s.ne%d" % (key, i) for i in range(n) if xa[i] != xb[i]]
+        return out or [key]
+    return [key]
+
+
 def op_cause(ops: Sequence[Mapping[str, Any]]) -> str | None:
-    """The op-level cause of a first difference from its op records (diff's `ops`): each op
-    that ran otherwise as "name OP: the keys that changed", the graph record last, e.g.
-    "Qcur MUL_MAT: src1, dst; graph: nodes, tokens". None when no op record differs."""
-    parts = []
+    """The op-level cause of a first difference from its op records (diff's `ops`), grouped by
+    the op's kind: how many ops of that kind ran otherwise and what changed in them (a shape's
+    dimension as KEY.neI, e.g. src1.ne1, a matmul's rows; other keys by name; "only in A/B" for
+    ops one run did not run), the graph record last, e.g. "MUL_MAT x7: src1.ne1, dst.ne1;
+    graph: tokens". None when no op record differs."""
+    kinds: dict[str, tuple[int, list[str]]] = {}
     for o in ops:
-        keys = [ch.split(" ", 1)[0] for ch in o.get("changes", [])]
+        kind = o.get("op") or o.get("name", "?")
+        if o.get("name") == "graph":
+            kind = "graph"
         if o.get("a") is None or o.get("b") is None:
             keys = ["only in " + ("B" if o.get("a") is None else "A")]
-        head = o.get("name", "?") + (" " + o["op"] if o.get("op") and o.get("op") != "GRAPH"
-                                     else "")
-        parts.append(head + ": " + ", ".join(keys))
+        else:
+            keys = [k for ch in o.get("changes", []) for k in _changed_keys(ch)]
+        n, have = kinds.get(kind, (0, []))
+        kinds[kind] = (n + 1, have + [k for k in keys if k not in have])
+    parts = ["%s%s: %s" % (k, " x%d" % n if n > 1 else "", ", ".join(keys))
+             for k, (n, keys) in kinds.items() if k != "graph"]
+    if "graph" in kinds:
+        parts.append("graph: " + ", ".join(kinds["graph"][1]))
     return "; ".join(parts) if parts else None
 
 

@@ -14,7 +14,11 @@ or off, 0..5 co-requests from a fixed pool of short prompts, each with an arriva
 return_tokens) and the co-requests, stops the server, checks the trace with `llmrr verify`,
 and compares the target with the baseline (the target alone on a -np 1 server, recorded
 first) by `llmrr diff BASE RUN --align prompt --json`: identical, numerical (logits differ,
-same tokens) or visible (a token differs), with the first differing step and site.
+same tokens) or visible (a token differs), with the first differing step and site and the ops
+that ran otherwise there (op records). Each split is then shrunk (`llmrr bisect --runtime
+llamacpp`, unless --no-shrink): the 1-minimal set of the target's co-requests whose rows,
+replayed in libllama with the target's, still split it from the target replayed alone, with
+that minimal split's op-level cause; the replays stay in OUT/bisect/runN/.
 
 Writes OUT/summary.json through llmrr.campaigns.fuzz_summary (the schema of `llmrr fuzz`,
 docs/fuzz-summary.md, with a "llamacpp" section at the top and in every run: counts per
@@ -216,7 +220,29 @@ def compare(binary: str, base: str, trace: str) -> dict[str, Any]:
     reqs = [q for q in j.get("requests", []) if q.get("a") == 0]
     if len(reqs) != 1:
         raise RuntimeError("llmrr diff %s %s: the target is not paired" % (base, trace))
-    return fuzz_summary.comparison(reqs[0])
+    c = fuzz_summary.comparison(reqs[0])
+    c["target_id"] = reqs[0].get("b")  # the target's id in the run's trace
+    return c
+
+
+def shrink(binary: str, trace: str, model: str, request: int, out: str,
+           max_replays: int) -> dict[str, Any]:
+    """`llmrr bisect --runtime llamacpp`: the 1-minimal set of the target's co-requests whose
+    rows, replayed with the target's, still split it from the target replayed alone, and the
+    op-level cause of that minimal split (bisect.json's first difference, op_cause())."""
+    p = subprocess.run([binary, "bisect", "--runtime", "llamacpp", trace, "--model", model,
+                        "--request", str(request), "--max-replays", str(max_replays), "-o", out],
+                       capture_output=True, text=True)
+    if p.returncode not in (0, 1):
+        return {"error": (p.stderr or p.stdout).strip()[-500:]}
+    with open(os.path.join(out, "bisect.json")) as f:
+        r = json.load(f)
+    first = r.get("first_difference") or {}
+    return {"co_requests": r["co_requests"], "minimal": r["minimal"],
+            "splits_replayed": r["splits"], "one_minimal": r["one_minimal"],
+            "replays": r["replays"], "seconds": round(r["seconds"], 2),
+            "first_site": first.get("site"),
+            "op_cause": fuzz_summary.op_cause(first.get("ops") or [])}
 
 
 def bucket(table: dict[str, dict[str, int]], key: object, verdict: str) -> None:
@@ -268,6 +294,24 @@ def markdown(s: dict[str, Any]) -> str:
                 "|---|---|---|"]
         for k in sorted(causes, key=lambda k: -(causes[k]["numerical"] + causes[k]["visible"])):
             out.append("| %s | %d | %d |" % (k, causes[k]["numerical"], causes[k]["visible"]))
+    shrunk = [r for r in s["results"] if "minimal_cause" in r[RUNTIME]]
+    if shrunk:
+        out += ["", "| run | co-requests | minimal set (bisect --runtime llamacpp) | replays "
+                "| op-level cause of the minimal split |", "|---|---|---|---|---|"]
+    for r in shrunk:
+        m = r[RUNTIME]["minimal_cause"]
+        if "error" in m:
+            out.append("| %d | %d | not shrunk: %s | | |" % (r["index"], r["co_requests"],
+                                                          m["error"].splitlines()[-1]))
+        elif not m["splits_replayed"]:
+            out.append("| %d | %d | none: replayed, its co-requests do not move it | %d | |"
+                       % (r["index"], r["co_requests"], m["replays"]))
+        else:
+            out.append("| %d | %d | %s of %s%s | %d | %s at %s |" % (
+                r["index"], r["co_requests"], ",".join(map(str, m["minimal"])),
+                ",".join(map(str, m["co_requests"])),
+                "" if m["one_minimal"] else " (budget spent)", m["replays"], m["op_cause"],
+                m["first_site"]))
     out += [""]
     by_index = {r["index"]: r for r in s["results"]}
     for i in lc["examples"]:
@@ -294,6 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--capture", choices=("none", "layers", "all"), default="layers",
                    help="record-llamacpp's fingerprints (default layers; all names the op)")
     p.add_argument("--slots", type=int, default=4, help="-np drawn from 1..this (default 4)")
+    p.add_argument("--no-shrink", dest="shrink", action="store_false",
+                   help="do not shrink each split to its minimal co-requests (llmrr bisect "
+                        "--runtime llamacpp)")
+    p.add_argument("--shrink-replays", type=int, default=24,
+                   help="replays per split's shrink, at most (default 24)")
     p.add_argument("--llama-server", default=None,
                    help="default: $LLMRR_LLAMACPP_DIR/bin/llama-server, else build/llamacpp")
     a = p.parse_args(argv)
@@ -324,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     try:
         os.mkdir(os.path.join(work, "traces"))
+        os.mkdir(os.path.join(work, "bisect"))
         base = os.path.join(work, "traces", "baseline.trace")
         one = {"np": 1, "n_batch": 512, "n_ubatch": 512, "cache_prompt": False,
                "target_delay_ms": 0, "co": []}
@@ -357,6 +407,10 @@ def main(argv: list[str] | None = None) -> int:
                          "first_step": c["first_step"], "first_site": c["first_site"],
                          "first_batch": c["first_batch"], "op_cause": c["op_cause"],
                          "trace": "traces/" + name if kept else None}))
+            if c["verdict"] != "identical" and a.shrink and c["target_id"] is not None:
+                results[-1][RUNTIME]["minimal_cause"] = shrink(
+                    binary, trace, a.model, int(c["target_id"]),
+                    os.path.join(work, "bisect", "run%d" % i), a.shrink_replays)
             sys.stderr.write("run %d/%d: %s\n" % (i + 1, a.runs, c["verdict"]))
         s = fuzz_summary.summary(
             RUNTIME, fuzz_summary.campaign(

@@ -127,6 +127,6 @@ int fuzz(const char* command, int argc, char** argv) {
 
 const Adapter kAdapter{"llamacpp", record,
                        "record a program that links libllama (llama-server, ...): its decodes",
-                       replay, nullptr, fuzz};
+                       replay, bisect, fuzz};
 
 }  // namespace llmrr::runtimes::llamacpp

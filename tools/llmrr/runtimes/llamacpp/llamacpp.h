@@ -14,5 +14,7 @@ std::string missing_part(const std::vector<std::string>& tried, const char* env)
 
 // `llmrr replay --runtime llamacpp TRACE --model GGUF` (replay.cc).
 int replay(const char* command, int argc, char** argv);
+// `llmrr bisect --runtime llamacpp TRACE --model GGUF --request R` (bisect.cc).
+int bisect(const char* command, int argc, char** argv);
 
 }  // namespace llmrr::runtimes::llamacpp

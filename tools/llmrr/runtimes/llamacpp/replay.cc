@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -46,6 +47,11 @@ int replay(const char* command, int argc, char** argv) {
   app.add_option("--flash-attn", flash_attn, "flash attention: on, off or auto (default: as recorded)")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_flag("--force", force, "replay with a model whose hash differs from the trace's");
+  std::vector<uint64_t> drop;
+  app.add_option("--drop", drop,
+                 "leave these requests' rows out of every batch (a counterfactual; needs "
+                 "--request, the request the replay is judged on)")
+      ->delimiter(',');
   std::string only;
   app.add_option("--request", only,
                  "judge the replay on this request alone (default: every request; for a slice "
@@ -54,6 +60,7 @@ int replay(const char* command, int argc, char** argv) {
       "Examples:\n"
       "  llmrr replay --runtime llamacpp run.trace --model SmolLM2.gguf\n"
       "  llmrr replay --runtime llamacpp run.trace --model SmolLM2.gguf --n-ubatch 7\n"
+      "  llmrr replay --runtime llamacpp run.trace --model SmolLM2.gguf --request 0 --drop 2,3\n"
       "\n"
       "The recorded batches are fed to llama_decode in the recorded order (the context built\n"
       "from the trace's header), recorded again by the same shim, and compared with `llmrr\n"
@@ -90,6 +97,7 @@ int replay(const char* command, int argc, char** argv) {
   // A slice (llmrr cut) starts at a later step and request: the replay numbers its own the same.
   int64_t first_step = 0;
   uint64_t first_id = 0;
+  std::string diff_request;  // diff's --request: ID, or ID:REPLAY_ID when --drop renumbers
   {
     auto r = trace::TraceReader::open(path);
     if (!r.ok()) return report("replay", r.status());
@@ -107,6 +115,35 @@ int replay(const char* command, int argc, char** argv) {
       first_id = (*r)->requests()[0].id;
       for (const trace::RequestSummary& q : (*r)->requests()) first_id = std::min(first_id, q.id);
     }
+    if (!drop.empty()) {
+      // The replay numbers the requests it decodes in order of their first rows, as the
+      // recording did: the judged request's id there is first_id + the kept ones before it.
+      uint64_t judged = 0;
+      const char* end = only.data() + only.size();
+      if (only.empty() || std::from_chars(only.data(), end, judged).ptr != end)
+        return report("replay", make_error(ErrorCode::kInvalidArgument,
+                                           "--drop needs --request ID (the request the "
+                                           "replay is judged on)"));
+      uint64_t before = 0;
+      bool found = false;
+      for (uint64_t d : drop) {
+        bool known = false;
+        for (const trace::RequestSummary& q : (*r)->requests()) known = known || q.id == d;
+        if (!known || d == judged)
+          return report("replay", make_error(ErrorCode::kInvalidArgument,
+                                             "--drop " + std::to_string(d) + ": " +
+                                                 (d == judged ? "is the judged request"
+                                                              : "no such request in " + path)));
+      }
+      for (const trace::RequestSummary& q : (*r)->requests()) {
+        if (q.id == judged) found = true;
+        if (q.id < judged && std::find(drop.begin(), drop.end(), q.id) == drop.end()) ++before;
+      }
+      if (!found)
+        return report("replay", make_error(ErrorCode::kInvalidArgument,
+                                           "--request " + only + ": no such request in " + path));
+      diff_request = only + ":" + std::to_string(first_id + before);
+    }
   }
   if (Status st = safeio::check_output_file(out, "-o", {path}); !st.ok())
     return report("replay", st);
@@ -119,6 +156,11 @@ int replay(const char* command, int argc, char** argv) {
   if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
   if (!flash_attn.empty()) args.insert(args.end(), {"--flash-attn", flash_attn});
   if (force) args.push_back("--force");
+  if (!drop.empty()) {
+    std::string list;
+    for (uint64_t d : drop) list += (list.empty() ? "" : ",") + std::to_string(d);
+    args.insert(args.end(), {"--drop", list});
+  }
   cli::Child driver_run;
   driver_run.argv = args;
   driver_run.in_child = [&] {
@@ -152,12 +194,18 @@ int replay(const char* command, int argc, char** argv) {
   std::string text;
   cli::Child diff;
   diff.argv = {cli::self_exe(), "diff", path, out, "--align", "ids"};
-  if (!only.empty()) diff.argv.insert(diff.argv.end(), {"--request", only});
+  if (diff_request.empty()) diff_request = only;
+  if (!diff_request.empty()) diff.argv.insert(diff.argv.end(), {"--request", diff_request});
   diff.out = &text;
   Result<int> d = cli::run_child("replay", std::move(diff));
   if (!d.ok()) return report("replay", d.status());
   std::printf("replayed %s -> %s\n", path.c_str(), out.c_str());
-  if (!only.empty()) {
+  if (!drop.empty()) {
+    std::string list;
+    for (uint64_t x : drop) list += (list.empty() ? "" : ",") + std::to_string(x);
+    std::printf("judged on request %s, replayed without request%s %s\n", only.c_str(),
+                drop.size() == 1 ? "" : "s", list.c_str());
+  } else if (!only.empty()) {
     // The others, for information: how many are identical too.
     std::string all;
     cli::Child every;
