@@ -158,7 +158,8 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--modes", default=",".join(MODES),
-                   help="comma-separated: off, none, layers, all, and M:thread variants")
+                   help="comma-separated: off, none, layers, all, and M:thread (rows hashed "
+                        "on the library's thread) or M:noops (no op records) variants")
     p.add_argument("--compiled", action="store_true",
                    help="vLLM compiles its model (enforce_eager=False): rows through the "
                         "llmrr::site_rows op llmrr.runtimes.vllm puts into it")
@@ -183,8 +184,8 @@ def main():
     runtimes = ["vllm", "transformers"] if a.runtime == "both" else [a.runtime]
     modes = a.modes.split(",")
     for m in modes:
-        if m.split(":")[0] not in MODES or m.split(":")[1:] not in ([], ["thread"]):
-            sys.exit("--modes: unknown mode %r (off, none, layers, all, or M:thread)" % m)
+        if m.split(":")[0] not in MODES or m.split(":")[1:] not in ([], ["thread"], ["noops"]):
+            sys.exit("--modes: unknown mode %r (off, none, layers, all, M:thread, M:noops)" % m)
     if "off" not in modes:
         modes.insert(0, "off")
     cpu = "?"
@@ -207,6 +208,9 @@ def main():
             env.pop("LLMRR_INLINE_STEPS", None)
             if name.endswith(":thread"):
                 env["LLMRR_INLINE_STEPS"] = "0"
+            env.pop("LLMRR_VLLM_OPS", None)
+            if name.endswith(":noops"):  # without the op records (format 1.6)
+                env["LLMRR_VLLM_OPS"] = "0"
             if rt == "vllm" and mode != "off":
                 env["LLMRR_VLLM_TRACE"] = os.path.join(tmp, "warm-%s.trace" % mode)
                 env["LLMRR_CAPTURE"] = mode

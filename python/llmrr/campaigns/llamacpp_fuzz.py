@@ -238,7 +238,8 @@ def shrink(binary: str, trace: str, model: str, request: int, out: str,
     with open(os.path.join(out, "bisect.json")) as f:
         r = json.load(f)
     first = r.get("first_difference") or {}
-    return {"co_requests": r["co_requests"], "minimal": r["minimal"],
+    return {"co_requests": r["co_requests"], "kept_for_cache": r.get("kept_for_cache", []),
+            "minimal": r["minimal"], "kept_with_minimal": r.get("kept_with_minimal", []),
             "splits_replayed": r["splits"], "one_minimal": r["one_minimal"],
             "replays": r["replays"], "seconds": round(r["seconds"], 2),
             "first_site": first.get("site"),
@@ -307,9 +308,13 @@ def markdown(s: dict[str, Any]) -> str:
             out.append("| %d | %d | none: replayed, its co-requests do not move it | %d | |"
                        % (r["index"], r["co_requests"], m["replays"]))
         else:
-            out.append("| %d | %d | %s of %s%s | %d | %s at %s |" % (
+            out.append("| %d | %d | %s of %s%s%s%s | %d | %s at %s |" % (
                 r["index"], r["co_requests"], ",".join(map(str, m["minimal"])),
                 ",".join(map(str, m["co_requests"])),
+                " (with %s: its cached prefix)" % ",".join(map(str, m["kept_with_minimal"]))
+                if m["kept_with_minimal"] else "",
+                " (+%s: the target's cached prefix)" % ",".join(map(str, m["kept_for_cache"]))
+                if m["kept_for_cache"] else "",
                 "" if m["one_minimal"] else " (budget spent)", m["replays"], m["op_cause"],
                 m["first_site"]))
     out += [""]

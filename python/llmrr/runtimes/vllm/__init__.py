@@ -94,6 +94,7 @@ if TYPE_CHECKING:
 ENV_TRACE = "LLMRR_VLLM_TRACE"
 ENV_CAPTURE = "LLMRR_CAPTURE"
 ENV_TOP_K = "LLMRR_TOP_K"
+ENV_OPS = "LLMRR_VLLM_OPS"  # 0: no op records (format 1.6)
 # Seconds a stopping server gives its engine processes before it kills them (vLLM's own
 # default, --shutdown-timeout 0, kills the engine core's process tree at once, the worker
 # that records with it, so its trace would never be closed).
@@ -420,6 +421,7 @@ class _StepRecorder(Hooks):
         vllm_v, torch_v = _versions()
         self.vocab = int(get("vocab_size"))
         self.layers = int(get("num_hidden_layers"))
+        self.ops = os.environ.get(ENV_OPS, "1") != "0"
         self.n_experts = int(get("num_local_experts", "num_experts", "n_routed_experts"))
         if self.n_experts:
             model = runner.get_model()
@@ -687,6 +689,8 @@ class _StepRecorder(Hooks):
         """Op record (format 1.6) of what every layer's ops take from the step's batch: the
         linears' M (the step's tokens), the prefill and decode counts, the longest query and
         sequence the attention backend plans for; `llmrr diff` names what changed."""
+        if not self.ops:
+            return
         prefills = sum(1 for g in segments if g["kind"] == 0)
         attrs = "tokens=%d prefills=%d decodes=%d max_query=%d max_seq=%d batch_invariant=%d" % (
             self.rows, prefills, len(segments) - prefills,
@@ -700,7 +704,7 @@ class _StepRecorder(Hooks):
         integer and boolean fields: prefill/decode counts, query and sequence lengths, split
         and cascade decisions where the backend makes them), one op record per distinct
         metadata class, named after it."""
-        if not self.in_step:
+        if not self.in_step or not self.ops:
             return
         metas = _attention_metadata(prepared)
         seen: set[str] = set()

@@ -42,19 +42,41 @@ struct Search {
   std::string trace, model, dir;
   uint64_t request = 0;
   uint64_t first_id = 0;
-  std::vector<uint64_t> co;  // R's co-requests, ascending
+  uint64_t prompt_hash = 0;  // R's, to find it in a replay
+  std::string label;
+  std::vector<uint64_t> co;  // R's co-requests, ascending (the candidates)
+  // A request whose first rows start past position 0 reuses the KV cells of the request before
+  // it on its sequence (llama-server's prompt cache): that one is kept whenever it is.
+  std::map<uint64_t, uint64_t> provider;
+  std::vector<uint64_t> fixed;  // R's own providers: kept in every replay
   int replays = 0, max_replays = 0;
   std::map<std::vector<uint64_t>, std::string> done;  // kept co-requests -> replay trace
 
+  // `kept` with the providers of R and of every request in it (transitively), ascending.
+  std::vector<uint64_t> closure(const std::vector<uint64_t>& kept) const {
+    std::set<uint64_t> all(kept.begin(), kept.end());
+    std::vector<uint64_t> todo(kept.begin(), kept.end());
+    todo.push_back(request);
+    while (!todo.empty()) {
+      const uint64_t x = todo.back();
+      todo.pop_back();
+      auto it = provider.find(x);
+      if (it != provider.end() && it->second != request && all.insert(it->second).second)
+        todo.push_back(it->second);
+    }
+    return {all.begin(), all.end()};
+  }
+
   // R's id in a replay that keeps `kept` (the replay numbers requests by their first rows).
-  uint64_t id_in(const std::vector<uint64_t>& kept) const {
+  uint64_t id_in(const std::vector<uint64_t>& kept_) const {
     uint64_t before = 0;
-    for (uint64_t k : kept) before += k < request;
+    for (uint64_t k : closure(kept_)) before += k < request;
     return first_id + before;
   }
 
   // Replays R with `kept` (the others dropped); the replay's trace, or an error.
-  Result<std::string> replay(const std::vector<uint64_t>& kept) {
+  Result<std::string> replay(const std::vector<uint64_t>& kept_) {
+    const std::vector<uint64_t> kept = closure(kept_);
     if (auto it = done.find(kept); it != done.end()) return it->second;
     if (replays >= max_replays)
       return make_error(ErrorCode::kResourceLimit, "--max-replays " + std::to_string(max_replays) +
@@ -74,8 +96,32 @@ struct Search {
     if (*rc != 0 && *rc != 1)
       return make_error(ErrorCode::kInternal, "replay keeping " + ids_text(kept) + " exited " +
                                                   std::to_string(*rc) + ": " + text);
+    // A lossy replay is no counterfactual (a row's KV came from a request it dropped).
+    auto r = trace::TraceReader::open(out);
+    if (!r.ok()) return r.status();
+    if ((*r)->lossy())
+      return make_error(ErrorCode::kInternal, "the replay keeping " + ids_text(kept) +
+                                                  " is lossy (" + (*r)->lossy_reason() +
+                                                  "): it is not the run without the others");
     done[kept] = out;
     return out;
+  }
+
+  // R's id in the replay `trace` that kept `kept`: the numbering's guess, checked against R's
+  // prompt and label (else the first request with both).
+  Result<uint64_t> find(const std::string& trace, const std::vector<uint64_t>& kept) const {
+    auto r = trace::TraceReader::open(trace);
+    if (!r.ok()) return r.status();
+    const uint64_t guess = id_in(kept);
+    const trace::RequestSummary* first = nullptr;
+    for (const trace::RequestSummary& q : (*r)->requests()) {
+      if (q.prompt_hash != prompt_hash || q.label != label) continue;
+      if (q.id == guess) return guess;
+      if (first == nullptr) first = &q;
+    }
+    if (first != nullptr) return first->id;
+    return make_error(ErrorCode::kInternal, trace + ": request " + std::to_string(request) +
+                                                "'s prompt is not in the replay");
   }
 
   // 1 when R replayed with `kept` differs from R alone, 0 when identical.
@@ -84,9 +130,11 @@ struct Search {
     if (!alone.ok()) return alone.status();
     Result<std::string> with = replay(kept);
     if (!with.ok()) return with.status();
+    Result<uint64_t> ia = find(*alone, {}), ib = find(*with, kept);
+    if (!ia.ok() || !ib.ok()) return !ia.ok() ? ia.status() : ib.status();
     cli::Child d;
     d.argv = {cli::self_exe(), "diff", *alone, *with, "--request",
-              std::to_string(id_in({})) + ":" + std::to_string(id_in(kept))};
+              std::to_string(*ia) + ":" + std::to_string(*ib)};
     std::string text;
     d.out = &text;
     Result<int> rc = cli::run_child("bisect", std::move(d));
@@ -196,6 +244,8 @@ int bisect(const char* command, int argc, char** argv) {
       if (q.id == request) {
         found = true;
         last = q.finish_step;
+        s.prompt_hash = q.prompt_hash;
+        s.label = q.label;
       }
     }
     if (!found)
@@ -205,15 +255,30 @@ int bisect(const char* command, int argc, char** argv) {
     // The co-requests: every other request whose rows came before R's last step (they can
     // share R's batches or move its KV cells).
     std::set<uint64_t> co;
+    std::map<uint64_t, std::string> seq_of;     // request -> its label's sequence
+    std::map<std::string, uint64_t> last_on;    // sequence -> the last request that started on it
+    std::set<uint64_t> started;
     trace::StepCursor c = (*r)->steps();
     trace::StepRecord st;
     for (;;) {
       auto more = c.next(&st);
       if (!more.ok()) return report("bisect", more.status());
       if (!*more || (last >= 0 && st.step > last)) break;
-      for (const trace::Segment& g : st.segments)
+      for (const trace::RequestRecord& q : st.arrivals) {
+        const size_t at = q.label.rfind("seq=");
+        seq_of[q.id] = at == std::string::npos ? q.label : q.label.substr(at);
+      }
+      for (const trace::Segment& g : st.segments) {
         if (g.request != request) co.insert(g.request);
+        if (!started.insert(g.request).second) continue;
+        const std::string& seq = seq_of[g.request];
+        auto prev = last_on.find(seq);
+        if (g.start > 0 && prev != last_on.end()) s.provider[g.request] = prev->second;
+        last_on[seq] = g.request;
+      }
     }
+    s.fixed = s.closure({});
+    for (uint64_t f : s.fixed) co.erase(f);
     s.co.assign(co.begin(), co.end());
   }
   if (dir.empty()) dir = path + ".bisect";
@@ -229,7 +294,8 @@ int bisect(const char* command, int argc, char** argv) {
     std::fprintf(stderr, "llmrr bisect: error: %s\n", st.message().c_str());
     return st.code() == ErrorCode::kInvalidArgument ? kExitBadInput : kExitInternal;
   };
-  nlohmann::json j = {{"trace", path}, {"request", request}, {"co_requests", s.co}};
+  nlohmann::json j = {{"trace", path}, {"request", request}, {"co_requests", s.co},
+                      {"kept_for_cache", s.fixed}};
   // Does the request split from itself alone at all?
   Result<int> all = s.splits(s.co);
   if (!all.ok()) return fail(all.status());
@@ -253,7 +319,17 @@ int bisect(const char* command, int argc, char** argv) {
     Result<std::string> alone = s.replay({});
     Result<std::string> with = s.replay(minimal);
     if (!alone.ok() || !with.ok()) return fail(!alone.ok() ? alone.status() : with.status());
-    const std::string pair = std::to_string(s.id_in({})) + ":" + std::to_string(s.id_in(minimal));
+    Result<uint64_t> ia = s.find(*alone, {}), ib = s.find(*with, minimal);
+    if (!ia.ok() || !ib.ok()) return fail(!ia.ok() ? ia.status() : ib.status());
+    const std::string pair = std::to_string(*ia) + ":" + std::to_string(*ib);
+    j["alone_id"] = *ia;
+    j["minimal_id"] = *ib;
+    std::vector<uint64_t> with_providers;  // the minimal set's own providers, kept with it
+    for (uint64_t x : s.closure(minimal))
+      if (!std::binary_search(minimal.begin(), minimal.end(), x) &&
+          std::find(s.fixed.begin(), s.fixed.end(), x) == s.fixed.end())
+        with_providers.push_back(x);
+    j["kept_with_minimal"] = with_providers;
     for (bool json : {false, true}) {
       cli::Child d;
       d.argv = {cli::self_exe(), "diff", *alone, *with, "--request", pair};
@@ -273,9 +349,9 @@ int bisect(const char* command, int argc, char** argv) {
     }
     // Relative to DIR (a campaign moves the folder), with the target's id in each.
     j["alone_trace"] = fs::path(*alone).filename().string();
-    j["alone_id"] = s.id_in({});
+
     j["minimal_trace"] = fs::path(*with).filename().string();
-    j["minimal_id"] = s.id_in(minimal);
+
   }
   {
     std::FILE* f = std::fopen((dir + "/bisect.json").c_str(), "wx");
@@ -291,10 +367,19 @@ int bisect(const char* command, int argc, char** argv) {
                 s.co.size() == 1 ? "" : "s", ids_text(s.co).c_str(), s.replays, secs);
     return kExitOk;
   }
-  std::printf("request %llu: minimal co-request set %s of %zu (%s)%s; %d replays, %.1f s\n",
+  if (!s.fixed.empty())
+    std::printf("kept in every replay: %s (the request's cached prefix is their KV cells)\n",
+                ids_text(s.fixed).c_str());
+  std::string with_text;
+  for (const auto& x : j["kept_with_minimal"]) with_text += (with_text.empty() ? "" : ",") +
+                                                            std::to_string(x.get<uint64_t>());
+  std::printf("request %llu: minimal co-request set %s of %zu (%s)%s%s; %d replays, %.1f s\n",
               static_cast<unsigned long long>(request), ids_text(minimal).c_str(), s.co.size(),
-              ids_text(s.co).c_str(), one_minimal ? ", 1-minimal" : " (budget spent before "
-              "1-minimality was checked)", s.replays, secs);
+              ids_text(s.co).c_str(),
+              with_text.empty() ? "" : (" (with " + with_text + ", whose KV cells its cached "
+                                        "prefixes reuse)").c_str(),
+              one_minimal ? ", 1-minimal" : " (budget spent before 1-minimality was checked)",
+              s.replays, secs);
   std::printf("the request alone (A) against it with %s (B):\n%s", ids_text(minimal).c_str(),
               story.c_str());
   return kExitDiffer;
