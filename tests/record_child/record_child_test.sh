@@ -240,8 +240,10 @@ out=$("$llmrr" replay --runtime sglang x.trace 2>&1)
 rc=$?
 [ "$rc" -eq 2 ] || fail "replay --runtime sglang: exit $rc"
 echo "$out" | grep -q "expected vllm or llamacpp" || fail "replay --runtime sglang: $out"
+out=$("$llmrr" bisect --runtime cuda a b 2>&1)
+[ $? -eq 2 ] && echo "$out" | grep -q "cuda has no bisect" || fail "bisect --runtime cuda: $out"
 out=$("$llmrr" bisect --runtime llamacpp a b 2>&1)
-[ $? -eq 2 ] && echo "$out" | grep -q "llamacpp has no bisect" || fail "bisect --runtime llamacpp: $out"
+[ $? -eq 2 ] && echo "$out" | grep -q "\-\-model is required" || fail "bisect --runtime llamacpp without --model: $out"
 "$llmrr" --help | grep -q "record-llamacpp" || fail "llmrr --help does not list record-llamacpp"
 
 if [ "$fails" -ne 0 ]; then
