@@ -295,16 +295,9 @@ std::string SemanticChecker::check_step(const StepRecord& s, int64_t blob_count)
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const OpRecord& o = s.ops[i];
     auto where = [&] { return at + idx("ops", i) + ": "; };  // built only on failure
-    auto word = [](const std::string& w) {
-      for (char c : w)
-        if (c < 0x21 || c > 0x7e) return false;
-      return true;
-    };
-    if (o.name.empty() || o.name.size() > 128 || !word(o.name))
-      return where() + "name: expected 1..128 bytes of printable ASCII without spaces, found " +
-             unum(o.name.size()) + " bytes";
-    if (o.op.size() > 64 || !word(o.op))
-      return where() + "op: expected at most 64 bytes of printable ASCII without spaces";
+    if (std::string e = op_word_problem(o.name, 1, 128); !e.empty())
+      return where() + "name: " + e;
+    if (std::string e = op_word_problem(o.op, 0, 64); !e.empty()) return where() + "op: " + e;
     if (o.layer < -1) return where() + "layer: expected -1 or >= 0, found " + num(o.layer);
     if (o.layers < 1 || (o.layer == -1 && o.layers != 1) ||
         int64_t{o.layer} + o.layers > (int64_t{1} << 20))

@@ -196,6 +196,15 @@ void StepRecord::clear() {
   ops.clear();
 }
 
+std::string op_word_problem(const std::string& w, size_t min, size_t max) {
+  if (w.size() < min || w.size() > max)
+    return "expected " + std::to_string(min) + ".." + std::to_string(max) + " bytes, found " +
+           std::to_string(w.size());
+  for (char c : w)
+    if (c < 0x21 || c > 0x7e) return "expected printable ASCII without spaces";
+  return {};
+}
+
 std::string op_attrs_problem(const std::string& attrs) {
   std::vector<std::string> keys;
   size_t i = 0;

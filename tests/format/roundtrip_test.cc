@@ -138,8 +138,8 @@ TEST(Roundtrip, OpRecordsComeBackEqualAndAreChecked) {
     const char* says;
   };
   const std::vector<Bad> bad = {
-      {{0, 1, 0, 0, 0, "", "MUL_MAT", ""}, "name: expected 1..128 bytes"},
-      {{0, 1, 0, 0, 0, "k q", "MUL_MAT", ""}, "name: expected 1..128 bytes"},
+      {{0, 1, 0, 0, 0, "", "MUL_MAT", ""}, "name: expected 1..128 bytes, found 0"},
+      {{0, 1, 0, 0, 0, "k q", "MUL_MAT", ""}, "name: expected printable ASCII without spaces"},
       {{-2, 1, 0, 0, 0, "kq", "", ""}, "layer: expected -1 or >= 0, found -2"},
       {{-1, 2, 0, 0, 0, "kq", "", ""}, "layers: expected >= 1"},
       {{0, 0, 0, 0, 0, "kq", "", ""}, "layers: expected >= 1"},

@@ -566,15 +566,10 @@ int llmrr_recorder_record_op(llmrr_recorder* r, int32_t layer, int32_t layers, i
     o.op = op != nullptr ? op : "";
     o.attrs = attrs != nullptr ? attrs : "";
     const std::string where = "op " + o.name.substr(0, 64);
-    auto word = [](const std::string& w) {
-      for (char c : w)
-        if (c < 0x21 || c > 0x7e) return false;
-      return true;
-    };
-    if (o.name.empty() || o.name.size() > 128 || !word(o.name))
-      return bad_call(r, fn, "name must be 1..128 printable bytes without spaces");
-    if (o.op.size() > 64 || !word(o.op))
-      return bad_call(r, fn, where + ": op must be at most 64 printable bytes without spaces");
+    if (std::string e = llmrr::trace::op_word_problem(o.name, 1, 128); !e.empty())
+      return bad_call(r, fn, "name: " + e);
+    if (std::string e = llmrr::trace::op_word_problem(o.op, 0, 64); !e.empty())
+      return bad_call(r, fn, where + ": op: " + e);
     if (layer < -1 || layers < 1 || (layer == -1 && layers != 1) ||
         int64_t{layer} + layers > (int64_t{1} << 20))
       return bad_call(r, fn, where + ": needs layer >= -1, layers >= 1 (1 when layer is -1)");

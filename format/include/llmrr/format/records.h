@@ -248,6 +248,9 @@ struct OpRecord {
 
 // attrs split into (key, value) pairs in order; an error names what is wrong.
 std::string op_attrs_problem(const std::string& attrs);
+// An op record's name or kind: printable ASCII without spaces (the name 1..128 bytes, the kind
+// at most 64): "" when it is one, else what is wrong.
+std::string op_word_problem(const std::string& w, size_t min, size_t max);
 std::vector<std::pair<std::string, std::string>> op_attrs(const std::string& attrs);
 
 struct FinishRecord {
