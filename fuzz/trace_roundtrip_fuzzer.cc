@@ -148,6 +148,29 @@ StepRecord make_step(fuzz::Bytes& in, int64_t step, std::vector<uint64_t>& live,
         {live[static_cast<size_t>(in.range(0, static_cast<int64_t>(live.size()) - 1))],
          static_cast<FinishReason>(in.range(0, 3)), static_cast<int32_t>(in.range(-1, 10))});
   }
+  // Op records (format 1.6): names, kinds and attrs from an alphabet with the characters and
+  // shapes the grammar refuses (space, '=', upper case, '\t'), spans and rows at the bounds.
+  const int64_t ops = in.range(0, 3);
+  static const char kAlphabet[] = "ab=  x:1Z.\t_9";
+  auto text = [&](int64_t max) {
+    std::string t;
+    const int64_t n = in.range(0, max);
+    for (int64_t k = 0; k < n; ++k)
+      t += kAlphabet[static_cast<size_t>(in.range(0, static_cast<int64_t>(sizeof kAlphabet) - 2))];
+    return t;
+  };
+  for (int64_t i = 0; i < ops; ++i) {
+    OpRecord o;
+    o.layer = static_cast<int32_t>(in.range(-2, 4));
+    o.layers = static_cast<int32_t>(in.range(0, 3));
+    o.first_row = static_cast<int32_t>(in.range(-1, rows));
+    o.rows = static_cast<int32_t>(in.range(-1, rows + 1));
+    o.graph = static_cast<int32_t>(in.range(-1, 2));
+    o.name = in.flag() ? "kq" : text(6);
+    o.op = in.flag() ? "MUL_MAT" : text(4);
+    o.attrs = in.flag() ? "src1=f32:64x" + std::to_string(rows) + " dst=f32:32" : text(12);
+    s.ops.push_back(o);
+  }
   return s;
 }
 
