@@ -76,6 +76,8 @@ class VllmRollout(unittest.TestCase):
                 self.assertEqual(ids[0], s[p + 1], "greedy: the token is the row's top-1")
                 want_a = float(lg["top_values"][i][0]) - float(lg["logsumexp"][i])
                 self.assertAlmostEqual(x["logp_a"], want_a, delta=1e-9)
+                if not x["logits_equal"]:  # both record layer rows: the site is named
+                    self.assertTrue(x.get("first_site"), x)
                 la.append(x["logp_a"])
                 lb.append(x["logp_b"])
         tot = rep["total"]
