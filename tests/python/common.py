@@ -27,3 +27,16 @@ def llmrr_cli(*args, ok=(0,)):
 def dump_json(path, *args):
     _, out = llmrr_cli("dump", path, "--json", *args)
     return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def check_mismatch_totals(test, tot, la, lb):
+    """`llmrr mismatch --json`'s totals against the per-token log-probs they came from (la the
+    rollout's, lb the trainer's): token count, mean and max |dlogp|, k3-KL, to 1e-12."""
+    import math
+    test.assertEqual(tot["tokens"], len(la))
+    d = [abs(x - y) for x, y in zip(la, lb)]
+    test.assertAlmostEqual(tot["mean_abs_dlogp"], sum(d) / len(d), delta=1e-12)
+    test.assertAlmostEqual(tot["max_abs_dlogp"], max(d), delta=1e-12)
+    k3 = sum(math.exp(y - x) - 1 - (y - x) for x, y in zip(la, lb)) / len(la)
+    test.assertAlmostEqual(tot["k3_kl"], k3, delta=1e-12)
+    return d

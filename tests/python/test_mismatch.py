@@ -7,13 +7,12 @@ the trainer's from score's return), whether the two logits rows are the same bit
 metrics recomputed here, and for the MoE model the routing agreement per layer from the
 routers' own top-k. `llmrr diff --align tokens` pairs the same requests."""
 import json
-import math
 import os
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import llmrr_cli, require  # noqa: E402
+from common import check_mismatch_totals, llmrr_cli, require  # noqa: E402
 
 require("numpy", "torch", "transformers")
 import torch  # noqa: E402
@@ -94,12 +93,7 @@ class Mismatch(unittest.TestCase):
         self.assertEqual(rc, 1 if any_differ else 0)
         # The metrics, recomputed from the per-token values.
         tot = rep["total"]
-        self.assertEqual(tot["tokens"], len(la))
-        d = [abs(x - y) for x, y in zip(la, lb)]
-        self.assertAlmostEqual(tot["mean_abs_dlogp"], sum(d) / len(d), delta=1e-12)
-        self.assertAlmostEqual(tot["max_abs_dlogp"], max(d), delta=1e-12)
-        k3 = sum(math.exp(y - x) - 1 - (y - x) for x, y in zip(la, lb)) / len(la)
-        self.assertAlmostEqual(tot["k3_kl"], k3, delta=1e-12)
+        d = check_mismatch_totals(self, tot, la, lb)
         # diff pairs the same requests by tokens.
         drc, dout = llmrr_cli("diff", "--align", "tokens", "--json", rollout, trainer, ok=(0, 1))
         d = json.loads(dout)

@@ -3,6 +3,8 @@
 // op records of that site's layer (what a runtime's ops ran with),
 // and the run settings that differ; Explainer::causes names the one that explains it.
 #include <algorithm>
+#include <map>
+#include <string_view>
 
 #include "internal.h"
 #include "llmrr/kernels/plan.h"
@@ -168,14 +170,18 @@ std::vector<OpDifference> op_differences(const trace::StepRecord& sa, int64_t ra
     }
     return d;
   };
+  // B's records by (name, kind), each queue in B's order: pairing is n log n however many
+  // records a step holds (a trace is a stranger's file; a step may hold 65536).
+  std::map<std::pair<std::string_view, std::string_view>, std::vector<size_t>> by_key;
+  for (size_t j = b.size(); j-- > 0;) by_key[{b[j]->name, b[j]->op}].push_back(j);
   for (const trace::OpRecord* x : a) {
     const trace::OpRecord* y = nullptr;
-    for (size_t j = 0; j < b.size(); ++j) {
-      if (!used[j] && b[j]->name == x->name && b[j]->op == x->op) {
-        used[j] = 1;
-        y = b[j];
-        break;
-      }
+    auto it = by_key.find({x->name, x->op});
+    if (it != by_key.end() && !it->second.empty()) {
+      const size_t j = it->second.back();
+      it->second.pop_back();
+      used[j] = 1;
+      y = b[j];
     }
     if (y != nullptr && x->attrs == y->attrs) continue;
     out.push_back(diff(x, y));
