@@ -292,30 +292,9 @@ std::string SemanticChecker::check_step(const StepRecord& s, int64_t blob_count)
   // Op records (1.6).
   if (s.ops.size() > 65536)
     return at + "ops: expected at most 65536 records in a step, found " + unum(s.ops.size());
-  for (size_t i = 0; i < s.ops.size(); ++i) {
-    const OpRecord& o = s.ops[i];
-    auto where = [&] { return at + idx("ops", i) + ": "; };  // built only on failure
-    if (std::string e = op_word_problem(o.name, 1, 128); !e.empty())
-      return where() + "name: " + e;
-    if (std::string e = op_word_problem(o.op, 0, 64); !e.empty()) return where() + "op: " + e;
-    if (o.layer < -1) return where() + "layer: expected -1 or >= 0, found " + num(o.layer);
-    if (o.layers < 1 || (o.layer == -1 && o.layers != 1) ||
-        int64_t{o.layer} + o.layers > (int64_t{1} << 20))
-      return where() + "layers: expected >= 1 (1 outside the layers) with layer + layers <= " +
-             "2^20, found " + num(o.layers) + " from layer " + num(o.layer);
-    if (o.graph < 0) return where() + "graph: expected >= 0, found " + num(o.graph);
-    if (o.first_row < 0 || o.rows < 0)
-      return where() + "rows: expected first_row >= 0 and rows >= 0, found " + num(o.first_row) +
-             " and " + num(o.rows);
-    if (know_rows && int64_t{o.first_row} + o.rows > rows)
-      return where() + "rows: expected [first_row, first_row + rows) within the step's " +
-             num(rows) + " rows, found [" + num(o.first_row) + ", " +
-             num(int64_t{o.first_row} + o.rows) + ")";
-    if (o.attrs.size() > 4096)
-      return where() + "attrs: expected at most 4096 bytes, found " + unum(o.attrs.size());
-    if (std::string e = op_attrs_problem(o.attrs); !e.empty())
-      return where() + "attrs: " + e;
-  }
+  for (size_t i = 0; i < s.ops.size(); ++i)
+    if (std::string e = op_record_problem(s.ops[i], know_rows ? rows : -1); !e.empty())
+      return at + idx("ops", i) + ": " + e;
 
   // Tokens.
   for (size_t i = 0; i < s.tokens.size(); ++i) {

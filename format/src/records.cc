@@ -196,6 +196,9 @@ void StepRecord::clear() {
   ops.clear();
 }
 
+namespace {
+
+// An op record's name or kind: printable ASCII without spaces, min..max bytes.
 std::string op_word_problem(const std::string& w, size_t min, size_t max) {
   if (w.size() < min || w.size() > max)
     return "expected " + std::to_string(min) + ".." + std::to_string(max) + " bytes, found " +
@@ -232,6 +235,31 @@ std::string op_attrs_problem(const std::string& attrs) {
   std::sort(keys.begin(), keys.end());
   for (size_t k = 1; k < keys.size(); ++k)
     if (keys[k] == keys[k - 1]) return "key '" + keys[k] + "' twice";
+  return {};
+}
+
+}  // namespace
+
+std::string op_record_problem(const OpRecord& o, int64_t step_rows) {
+  if (std::string e = op_word_problem(o.name, 1, 128); !e.empty()) return "name: " + e;
+  if (std::string e = op_word_problem(o.op, 0, 64); !e.empty()) return "op: " + e;
+  if (o.layer < -1) return "layer: expected -1 or >= 0, found " + std::to_string(o.layer);
+  if (o.layers < 1 || (o.layer == -1 && o.layers != 1) ||
+      int64_t{o.layer} + o.layers > (int64_t{1} << 20))
+    return "layers: expected >= 1 (1 outside the layers) with layer + layers <= 2^20, found " +
+           std::to_string(o.layers) + " from layer " + std::to_string(o.layer);
+  if (o.graph < 0) return "graph: expected >= 0, found " + std::to_string(o.graph);
+  if (o.first_row < 0 || o.rows < 0)
+    return "rows: expected first_row >= 0 and rows >= 0, found " + std::to_string(o.first_row) +
+           " and " + std::to_string(o.rows);
+  const int64_t end = int64_t{o.first_row} + o.rows;
+  if (step_rows >= 0 && end > step_rows)
+    return "rows: [" + std::to_string(o.first_row) + ", " + std::to_string(end) +
+           ") lies outside the step's " + std::to_string(step_rows) +
+           " rows: expected [first_row, first_row + rows) within the step's rows";
+  if (o.attrs.size() > 4096)
+    return "attrs: expected at most 4096 bytes, found " + std::to_string(o.attrs.size());
+  if (std::string e = op_attrs_problem(o.attrs); !e.empty()) return "attrs: " + e;
   return {};
 }
 

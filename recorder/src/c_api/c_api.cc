@@ -565,22 +565,8 @@ int llmrr_recorder_record_op(llmrr_recorder* r, int32_t layer, int32_t layers, i
     o.name = name;
     o.op = op != nullptr ? op : "";
     o.attrs = attrs != nullptr ? attrs : "";
-    const std::string where = "op " + o.name.substr(0, 64);
-    if (std::string e = llmrr::trace::op_word_problem(o.name, 1, 128); !e.empty())
-      return bad_call(r, fn, "name: " + e);
-    if (std::string e = llmrr::trace::op_word_problem(o.op, 0, 64); !e.empty())
-      return bad_call(r, fn, where + ": op: " + e);
-    if (layer < -1 || layers < 1 || (layer == -1 && layers != 1) ||
-        int64_t{layer} + layers > (int64_t{1} << 20))
-      return bad_call(r, fn, where + ": needs layer >= -1, layers >= 1 (1 when layer is -1)");
-    if (graph < 0 || first_row < 0 || rows < 0 || int64_t{first_row} + rows > r->step_rows)
-      return bad_call(r, fn, where + ": rows [" + std::to_string(first_row) + ", " +
-                                 std::to_string(int64_t{first_row} + rows) +
-                                 ") outside the step's " + std::to_string(r->step_rows) +
-                                 " rows (or graph < 0)");
-    if (o.attrs.size() > 4096) return bad_call(r, fn, where + ": attrs over 4096 bytes");
-    if (std::string e = llmrr::trace::op_attrs_problem(o.attrs); !e.empty())
-      return bad_call(r, fn, where + ": attrs: " + e);
+    if (std::string e = llmrr::trace::op_record_problem(o, r->step_rows); !e.empty())
+      return bad_call(r, fn, "op " + o.name.substr(0, 64) + ": " + e);
     r->rec->op(std::move(o));
     return after(r);
   });

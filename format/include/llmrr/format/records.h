@@ -246,11 +246,13 @@ struct OpRecord {
   bool operator==(const OpRecord&) const = default;
 };
 
-// attrs split into (key, value) pairs in order; an error names what is wrong.
-std::string op_attrs_problem(const std::string& attrs);
-// An op record's name or kind: printable ASCII without spaces (the name 1..128 bytes, the kind
-// at most 64): "" when it is one, else what is wrong.
-std::string op_word_problem(const std::string& w, size_t min, size_t max);
+// What is wrong with an op record, as "field: ..." ("" when nothing is), in a step of
+// `step_rows` batch rows (< 0: not known): the name 1..128 and the kind at most 64 bytes of
+// printable ASCII without spaces, layer >= -1, layers >= 1 (1 outside the layers) and layer +
+// layers <= 2^20, graph >= 0, the rows within the step's, attrs at most 4096 bytes of the
+// grammar above. The writer's check and the C ABI both ask this.
+std::string op_record_problem(const OpRecord& op, int64_t step_rows);
+// attrs split into (key, value) pairs in order (they are assumed well formed).
 std::vector<std::pair<std::string, std::string>> op_attrs(const std::string& attrs);
 
 struct FinishRecord {
