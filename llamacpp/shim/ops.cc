@@ -1,21 +1,15 @@
 // Op records of a llama.cpp decode (ops.h).
 #include "ops.h"
 
-#include <dlfcn.h>
-
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
 
+#include "dl.h"
 #include "ggml-backend.h"
 
 namespace llmrr::llamacpp {
 namespace {
-
-template <class F>
-F any_fn(F, const char* name) {
-  return reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
-}
 
 // The reductions whose order the graph's shapes and types decide: what an op record keeps.
 const char* reduction_op(ggml_op op) {
@@ -129,14 +123,15 @@ void OpRecorder::take(const ggml_tensor* t) {
                                                    ? buffer_name(t->src[0]->buffer)
                                                    : nullptr));
   if (t->op == GGML_OP_FLASH_ATTN_EXT) key = mix(key, static_cast<uint64_t>(t->op_params[3]));
-  for (LastOp& l : last_) {
-    if (l.stem != stem) continue;
-    OpInfo& r = ops_[l.index];
-    if (l.key == key && layer >= 0 && r.layer >= 0 && layer == r.layer + r.layers) {
-      ++r.layers;
+  LastOp* last = nullptr;
+  for (LastOp& l : last_)
+    if (l.stem == stem) last = &l;
+  if (last != nullptr && last->key == key && layer >= 0) {
+    OpInfo& prev = ops_[last->index];
+    if (prev.layer >= 0 && layer == prev.layer + prev.layers) {
+      ++prev.layers;
       return;
     }
-    break;
   }
   OpInfo r;
   r.layer = layer;
@@ -163,14 +158,10 @@ void OpRecorder::take(const ggml_tensor* t) {
   if (!a.empty()) a += ' ';
   a += "dst=";
   shape_of(&a, t);
-  bool found = false;
-  for (LastOp& l : last_) {
-    if (l.stem != stem) continue;
-    l.key = key;
-    l.index = ops_.size();
-    found = true;
-  }
-  if (!found) last_.push_back({stem, key, ops_.size()});
+  if (last != nullptr)
+    *last = {std::move(stem), key, ops_.size()};
+  else
+    last_.push_back({std::move(stem), key, ops_.size()});
   ops_.push_back(std::move(r));
 }
 

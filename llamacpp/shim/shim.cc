@@ -33,6 +33,7 @@
 
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "dl.h"
 #include "header.h"
 #include "llama.h"
 #include "ops.h"
@@ -42,16 +43,10 @@ using llmrr::llamacpp::BatchRow;
 using llmrr::llamacpp::SiteFingerprints;
 using llmrr::llamacpp::Tape;
 
-namespace {
+using llmrr::llamacpp::any_fn;
+using llmrr::llamacpp::next_fn;
 
-template <class F>
-F next_fn(F, const char* name) {
-  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
-}
-template <class F>
-F any_fn(F, const char* name) {
-  return reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
-}
+namespace {
 #define REAL(name)                                         \
   static decltype(&name) real = next_fn(&name, #name);    \
   if (real == nullptr) {                                   \
@@ -165,6 +160,11 @@ void take_rows(State& st, const ggml_tensor* t, const std::string& site) {
       c.ub_n = 0;
       return;
     }
+    // The op records of the graph in flight (this ubatch's) cover these rows.
+    if (const int32_t g = c.ops.graph(); g >= 0) {
+      if (c.ub_rows.size() <= static_cast<size_t>(g)) c.ub_rows.resize(g + 1, {-1, 0});
+      c.ub_rows[g] = {c.ub_off, c.ub_n};
+    }
   }
   std::vector<int32_t> map;
   if (nrows == c.ub_n) {
@@ -173,11 +173,6 @@ void take_rows(State& st, const ggml_tensor* t, const std::string& site) {
     for (int64_t r = c.ub_off; r < c.ub_off + c.ub_n; ++r)
       if (rows[r].logits) map.push_back(static_cast<int32_t>(r));
     if (static_cast<int64_t>(map.size()) != nrows) return;  // rows not mappable: skip
-  }
-  if (site == c.first_name && nrows == c.ub_n && c.ops.graph() >= 0 &&
-      static_cast<int64_t>(c.ub_rows.size()) <= c.ops.graph()) {
-    c.ub_rows.resize(static_cast<size_t>(c.ops.graph()) + 1, {-1, 0});
-    c.ub_rows[static_cast<size_t>(c.ops.graph())] = {c.ub_off, c.ub_n};
   }
   const char* base = static_cast<const char*>(t->data);
   static auto is_host = any_fn(&ggml_backend_buffer_is_host, "ggml_backend_buffer_is_host");
@@ -336,12 +331,11 @@ void end(State& st, llama_context* ctx, const std::vector<BatchRow>& rows, int32
       sites.clear();
     }
   }
-  std::vector<llmrr::llamacpp::OpInfo> ops =
-      c.ctx != nullptr
-          ? c.ops.finish(c.ub_rows, static_cast<int64_t>(rows.size()), c.ctx->params.n_threads,
-                         c.ctx->params.n_threads_batch)
-          : c.ops.finish(c.ub_rows, static_cast<int64_t>(rows.size()), 0, 0);
-  st.tape->decoded(rows, logits, std::move(sites), std::move(ops));
+  const int32_t n_threads = c.ctx != nullptr ? c.ctx->params.n_threads : 0;
+  const int32_t n_threads_batch = c.ctx != nullptr ? c.ctx->params.n_threads_batch : 0;
+  st.tape->decoded(rows, logits, std::move(sites),
+                   c.ops.finish(c.ub_rows, static_cast<int64_t>(rows.size()), n_threads,
+                                n_threads_batch));
 }
 
 int32_t decode_rows(llama_context* ctx, std::vector<BatchRow> rows, auto&& call) {
