@@ -107,21 +107,9 @@ struct Search {
     return out;
   }
 
-  // R's id in the replay `trace` that kept `kept`: the numbering's guess, checked against R's
-  // prompt and label (else the first request with both).
+  // R's id in the replay `trace` that kept `kept`.
   Result<uint64_t> find(const std::string& trace, const std::vector<uint64_t>& kept) const {
-    auto r = trace::TraceReader::open(trace);
-    if (!r.ok()) return r.status();
-    const uint64_t guess = id_in(kept);
-    const trace::RequestSummary* first = nullptr;
-    for (const trace::RequestSummary& q : (*r)->requests()) {
-      if (q.prompt_hash != prompt_hash || q.label != label) continue;
-      if (q.id == guess) return guess;
-      if (first == nullptr) first = &q;
-    }
-    if (first != nullptr) return first->id;
-    return make_error(ErrorCode::kInternal, trace + ": request " + std::to_string(request) +
-                                                "'s prompt is not in the replay");
+    return id_in_replay(trace, prompt_hash, label, id_in(kept));
   }
 
   // 1 when R replayed with `kept` differs from R alone, 0 when identical.

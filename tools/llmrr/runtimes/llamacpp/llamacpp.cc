@@ -13,6 +13,7 @@
 
 #include "cli/child.h"
 #include "cli/cli.h"
+#include "llmrr/format/trace_reader.h"
 #include "runtimes/adapter.h"
 #include "runtimes/llamacpp/llamacpp.h"
 #include "runtimes/recording.h"
@@ -32,6 +33,21 @@ std::string find_part(const char* env, const char* name, std::vector<std::string
     if (cli::is_file(c)) return cli::absolute_path(c);
   }
   return "";
+}
+
+Result<uint64_t> id_in_replay(const std::string& replay_trace, uint64_t prompt_hash,
+                              const std::string& label, uint64_t guess) {
+  auto r = trace::TraceReader::open(replay_trace);
+  if (!r.ok()) return r.status();
+  const trace::RequestSummary* first = nullptr;
+  for (const trace::RequestSummary& q : (*r)->requests()) {
+    if (q.prompt_hash != prompt_hash || q.label != label) continue;
+    if (q.id == guess) return guess;
+    if (first == nullptr) first = &q;
+  }
+  if (first != nullptr) return first->id;
+  return make_error(ErrorCode::kInternal, replay_trace + ": no request with the recorded "
+                                              "request's prompt and label ('" + label + "')");
 }
 
 std::string missing_part(const std::vector<std::string>& tried, const char* env) {

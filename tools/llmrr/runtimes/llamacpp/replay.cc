@@ -98,6 +98,8 @@ int replay(const char* command, int argc, char** argv) {
   int64_t first_step = 0;
   uint64_t first_id = 0;
   std::string diff_request;  // diff's --request: ID, or ID:REPLAY_ID when --drop renumbers
+  uint64_t judged_hash = 0, judged_guess = 0;  // with --drop: the judged request's prompt hash,
+  std::string judged_label;                     // label and id as the replay numbers it
   {
     auto r = trace::TraceReader::open(path);
     if (!r.ok()) return report("replay", r.status());
@@ -136,13 +138,17 @@ int replay(const char* command, int argc, char** argv) {
                                                               : "no such request in " + path)));
       }
       for (const trace::RequestSummary& q : (*r)->requests()) {
-        if (q.id == judged) found = true;
+        if (q.id == judged) {
+          found = true;
+          judged_hash = q.prompt_hash;
+          judged_label = q.label;
+        }
         if (q.id < judged && std::find(drop.begin(), drop.end(), q.id) == drop.end()) ++before;
       }
       if (!found)
         return report("replay", make_error(ErrorCode::kInvalidArgument,
                                            "--request " + only + ": no such request in " + path));
-      diff_request = only + ":" + std::to_string(first_id + before);
+      judged_guess = first_id + before;
     }
   }
   if (Status st = safeio::check_output_file(out, "-o", {path}); !st.ok())
@@ -189,6 +195,12 @@ int replay(const char* command, int argc, char** argv) {
       if (!*more) break;
       rows += s.row_count();
     }
+  }
+  if (!drop.empty()) {  // the judged request in the replay, by its prompt and label
+    Result<uint64_t> id =
+        id_in_replay(partial->write_path(), judged_hash, judged_label, judged_guess);
+    if (!id.ok()) return report("replay", id.status());
+    diff_request = only + ":" + std::to_string(*id);
   }
   if (Status st = partial->commit(); !st.ok()) return report("replay", st);
   std::string text;
