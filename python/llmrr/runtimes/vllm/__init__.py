@@ -306,8 +306,8 @@ def _compiled_sites(runner: Any) -> None:
 
 
 def _attention_metadata(prepared: Any) -> list[Any]:
-    """The attention metadata objects in what _prepare_inputs returned (its shape differs
-    between vLLM versions: a tuple holding a dict of layer name -> metadata, or a list of
+    """The attention metadata objects in what _build_attention_metadata (or an older vLLM's
+    _prepare_inputs) returned (a tuple holding a dict of layer name -> metadata, or a list of
     such dicts per ubatch); nothing when none is found."""
     found: list[Any] = []
 
@@ -422,6 +422,7 @@ class _StepRecorder(Hooks):
         self.vocab = int(get("vocab_size"))
         self.layers = int(get("num_hidden_layers"))
         self.ops = os.environ.get(ENV_OPS, "1") != "0"
+        self.batch_invariant = bool(header["batch_invariant"])  # the run's, as the header says
         self.n_experts = int(get("num_local_experts", "num_experts", "n_routed_experts"))
         if self.n_experts:
             model = runner.get_model()
@@ -696,11 +697,12 @@ class _StepRecorder(Hooks):
             self.rows, prefills, len(segments) - prefills,
             max((g["count"] for g in segments), default=0),
             max((g["start"] + g["count"] for g in segments), default=0),
-            1 if os.environ.get("VLLM_BATCH_INVARIANT", "0") not in ("", "0") else 0)
+            1 if self.batch_invariant else 0)
         self.sink.op("batch", "BATCH", attrs, layer=0, layers=max(self.layers, 1))
 
     def planned(self, prepared: Any) -> None:
-        """After _prepare_inputs: the attention metadata the backend built for the step (its
+        """After _build_attention_metadata (or, in a vLLM without it, _prepare_inputs): the
+        attention metadata the backend built for the step (its
         integer and boolean fields: prefill/decode counts, query and sequence lengths, split
         and cascade decisions where the backend makes them), one op record per distinct
         metadata class, named after it."""
