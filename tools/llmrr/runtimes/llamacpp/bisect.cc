@@ -50,7 +50,11 @@ struct Search {
   std::map<uint64_t, uint64_t> provider;
   std::vector<uint64_t> fixed;  // R's own providers: kept in every replay
   int replays = 0, max_replays = 0;
-  std::map<std::vector<uint64_t>, std::string> done;  // kept co-requests -> replay trace
+  struct Replayed {
+    std::string path;  // the replay's trace
+    uint64_t id;       // R's id in it
+  };
+  std::map<std::vector<uint64_t>, Replayed> done;  // kept requests (closure) -> the replay
 
   // `kept` with the providers of R and of every request in it (transitively), ascending.
   std::vector<uint64_t> closure(const std::vector<uint64_t>& kept) const {
@@ -74,8 +78,8 @@ struct Search {
     return first_id + before;
   }
 
-  // Replays R with `kept` (the others dropped); the replay's trace, or an error.
-  Result<std::string> replay(const std::vector<uint64_t>& kept_) {
+  // Replays R with `kept` (the others dropped), once per kept set.
+  Result<Replayed> replay(const std::vector<uint64_t>& kept_) {
     const std::vector<uint64_t> kept = closure(kept_);
     if (auto it = done.find(kept); it != done.end()) return it->second;
     if (replays >= max_replays)
@@ -103,26 +107,20 @@ struct Search {
       return make_error(ErrorCode::kInternal, "the replay keeping " + ids_text(kept) +
                                                   " is lossy (" + (*r)->lossy_reason() +
                                                   "): it is not the run without the others");
-    done[kept] = out;
-    return out;
-  }
-
-  // R's id in the replay `trace` that kept `kept`.
-  Result<uint64_t> find(const std::string& trace, const std::vector<uint64_t>& kept) const {
-    return id_in_replay(trace, prompt_hash, label, id_in(kept));
+    Result<uint64_t> id = id_in_replay(**r, prompt_hash, label, id_in(kept));
+    if (!id.ok()) return id.status();
+    return done[kept] = Replayed{out, *id};
   }
 
   // 1 when R replayed with `kept` differs from R alone, 0 when identical.
   Result<int> splits(const std::vector<uint64_t>& kept) {
-    Result<std::string> alone = replay({});
+    Result<Replayed> alone = replay({});
     if (!alone.ok()) return alone.status();
-    Result<std::string> with = replay(kept);
+    Result<Replayed> with = replay(kept);
     if (!with.ok()) return with.status();
-    Result<uint64_t> ia = find(*alone, {}), ib = find(*with, kept);
-    if (!ia.ok() || !ib.ok()) return !ia.ok() ? ia.status() : ib.status();
     cli::Child d;
-    d.argv = {cli::self_exe(), "diff", *alone, *with, "--request",
-              std::to_string(*ia) + ":" + std::to_string(*ib)};
+    d.argv = {cli::self_exe(), "diff", alone->path, with->path, "--request",
+              std::to_string(alone->id) + ":" + std::to_string(with->id)};
     std::string text;
     d.out = &text;
     Result<int> rc = cli::run_child("bisect", std::move(d));
@@ -304,14 +302,10 @@ int bisect(const char* command, int argc, char** argv) {
   std::string story;
   if (*all == 1) {
     // The minimal split against the request alone, as diff tells it (JSON for bisect.json).
-    Result<std::string> alone = s.replay({});
-    Result<std::string> with = s.replay(minimal);
+    Result<Search::Replayed> alone = s.replay({});
+    Result<Search::Replayed> with = s.replay(minimal);
     if (!alone.ok() || !with.ok()) return fail(!alone.ok() ? alone.status() : with.status());
-    Result<uint64_t> ia = s.find(*alone, {}), ib = s.find(*with, minimal);
-    if (!ia.ok() || !ib.ok()) return fail(!ia.ok() ? ia.status() : ib.status());
-    const std::string pair = std::to_string(*ia) + ":" + std::to_string(*ib);
-    j["alone_id"] = *ia;
-    j["minimal_id"] = *ib;
+    const std::string pair = std::to_string(alone->id) + ":" + std::to_string(with->id);
     std::vector<uint64_t> with_providers;  // the minimal set's own providers, kept with it
     for (uint64_t x : s.closure(minimal))
       if (!std::binary_search(minimal.begin(), minimal.end(), x) &&
@@ -320,7 +314,7 @@ int bisect(const char* command, int argc, char** argv) {
     j["kept_with_minimal"] = with_providers;
     for (bool json : {false, true}) {
       cli::Child d;
-      d.argv = {cli::self_exe(), "diff", *alone, *with, "--request", pair};
+      d.argv = {cli::self_exe(), "diff", alone->path, with->path, "--request", pair};
       if (json) d.argv.push_back("--json");
       std::string text;
       d.out = &text;
@@ -336,10 +330,10 @@ int bisect(const char* command, int argc, char** argv) {
         j["first_difference"] = dj["requests"][0].value("first_difference", nlohmann::json());
     }
     // Relative to DIR (a campaign moves the folder), with the target's id in each.
-    j["alone_trace"] = fs::path(*alone).filename().string();
-
-    j["minimal_trace"] = fs::path(*with).filename().string();
-
+    j["alone_trace"] = fs::path(alone->path).filename().string();
+    j["alone_id"] = alone->id;
+    j["minimal_trace"] = fs::path(with->path).filename().string();
+    j["minimal_id"] = with->id;
   }
   {
     std::FILE* f = std::fopen((dir + "/bisect.json").c_str(), "wx");

@@ -35,19 +35,24 @@ std::string find_part(const char* env, const char* name, std::vector<std::string
   return "";
 }
 
-Result<uint64_t> id_in_replay(const std::string& replay_trace, uint64_t prompt_hash,
+Result<uint64_t> id_in_replay(const trace::TraceReader& replay, uint64_t prompt_hash,
                               const std::string& label, uint64_t guess) {
-  auto r = trace::TraceReader::open(replay_trace);
-  if (!r.ok()) return r.status();
   const trace::RequestSummary* first = nullptr;
-  for (const trace::RequestSummary& q : (*r)->requests()) {
+  for (const trace::RequestSummary& q : replay.requests()) {
     if (q.prompt_hash != prompt_hash || q.label != label) continue;
     if (q.id == guess) return guess;
     if (first == nullptr) first = &q;
   }
   if (first != nullptr) return first->id;
-  return make_error(ErrorCode::kInternal, replay_trace + ": no request with the recorded "
+  return make_error(ErrorCode::kInternal, replay.path() + ": no request with the recorded "
                                               "request's prompt and label ('" + label + "')");
+}
+
+Result<uint64_t> id_in_replay(const std::string& replay_trace, uint64_t prompt_hash,
+                              const std::string& label, uint64_t guess) {
+  auto r = trace::TraceReader::open(replay_trace);
+  if (!r.ok()) return r.status();
+  return id_in_replay(**r, prompt_hash, label, guess);
 }
 
 std::string missing_part(const std::vector<std::string>& tried, const char* env) {

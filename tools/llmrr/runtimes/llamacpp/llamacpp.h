@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "llmrr/format/status.h"
+#include "llmrr/format/trace_reader.h"
 
 namespace llmrr::runtimes::llamacpp {
 
@@ -20,6 +21,8 @@ std::string missing_part(const std::vector<std::string>& tried, const char* env)
 // when the replay's request of that id has the recorded prompt hash and label, else the
 // first request that has both; an error when none does.
 Result<uint64_t> id_in_replay(const std::string& replay_trace, uint64_t prompt_hash,
+                              const std::string& label, uint64_t guess);
+Result<uint64_t> id_in_replay(const trace::TraceReader& replay, uint64_t prompt_hash,
                               const std::string& label, uint64_t guess);
 
 // `llmrr replay --runtime llamacpp TRACE --model GGUF` (replay.cc).
