@@ -118,6 +118,12 @@ class LlamacppFuzzTest(unittest.TestCase):
                             "--drop", "0", "-o", "bz/r.trace"], capture_output=True, text=True)
         self.assertEqual(q.returncode, 2)
         self.assertIn("--drop needs --request", q.stderr)
+        for drop, says in (("7", "--drop 7: no such request"), ("0", "--drop 0: is the judged request")):
+            q = subprocess.run([LLMRR, "replay", "--runtime", "llamacpp", base, "--model", MODEL,
+                                "--request", "0", "--drop", drop, "-o", "bz/r.trace"],
+                               capture_output=True, text=True)
+            self.assertEqual(q.returncode, 2, q.stderr)
+            self.assertIn(says, q.stderr)
         self.assertFalse(os.path.exists("bz/r.trace"))
 
     def test_target_alone_is_identical(self):
